@@ -1,0 +1,3 @@
+from gym_tf.cli import main
+
+main()

@@ -1,0 +1,139 @@
+"""Any OpenAI-compatible server (vllm serve, llama.cpp, SGLang, hosted APIs) through the official async client.
+
+Retries with exponential backoff on connection errors, 408, 409, 429 and 5xx are the `openai` client's own
+(`max_retries`); this module adds the group fallback for servers that ignore `n` and turns failures into
+gym-tf errors that name the URL, the model and what the server said.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+import openai
+
+from gym_tf.backends.base import Choice, Generation, Messages, Sampling, split_tokens
+from gym_tf.errors import BackendRequestFailed, BackendUnreachable, ModelNotFound
+
+
+class OpenAIBackend:
+    def __init__(
+        self,
+        base_url: str,
+        model: str | None = None,
+        api_key: str | None = None,
+        concurrency: int = 8,
+        timeout_s: float = 600.0,
+        max_retries: int = 3,
+    ):
+        self.base_url = base_url
+        self.model = model or ""
+        self.client = openai.AsyncOpenAI(
+            base_url=base_url, api_key=api_key or "EMPTY", timeout=timeout_s, max_retries=max_retries
+        )
+        self._slots = asyncio.Semaphore(concurrency)
+        self.supports_n: bool | None = None  # learned from the first group request
+        # How to ask for schema-constrained JSON, learned by trying: OpenAI/vLLM/llama.cpp's llama-server take
+        # `json_schema`; llama-cpp-python's server only `json_object` with a `schema`; others neither.
+        self.schema_modes: list[str] = ["json_schema", "json_object"]
+
+    def describe(self) -> str:
+        return f"openai-compatible {self.base_url} model={self.model}"
+
+    async def check(self) -> None:
+        """Fail early, and clearly, if the server is down or does not serve the model. Picks the model if unset."""
+        try:
+            served = [m.id async for m in self.client.models.list()]
+        except openai.APIConnectionError as exc:
+            raise BackendUnreachable(f"cannot reach {self.base_url}: {exc.__cause__ or exc}") from None
+        except openai.APIStatusError as exc:
+            raise BackendRequestFailed(f"{self.base_url} answered {exc.status_code} to /models: {exc.message}") from None
+        if not self.model:
+            if not served:
+                raise ModelNotFound(f"{self.base_url} serves no model")
+            self.model = served[0]
+        elif served and self.model not in served:
+            raise ModelNotFound(f"{self.base_url} does not serve model {self.model!r}; it serves {served}")
+
+    async def generate(self, messages: Messages, n: int = 1, **sampling: Any) -> Generation:
+        params = Sampling(**sampling)
+        start = time.perf_counter()
+        if n > 1 and self.supports_n is False:
+            parts = await asyncio.gather(*(self._request(messages, 1, params, i) for i in range(n)))
+        else:
+            first = await self._request(messages, n, params, 0)
+            parts = [first]
+            if n > 1:
+                self.supports_n = len(first.choices) >= n
+                missing = n - len(first.choices)
+                parts += await asyncio.gather(*(self._request(messages, 1, params, i) for i in range(n - missing, n)))
+        choices = [c for part in parts for c in part.choices][:n]
+        return Generation(
+            choices=choices,
+            prompt_tokens=sum(p.prompt_tokens for p in parts),
+            completion_tokens=sum(p.completion_tokens for p in parts),
+            latency_s=time.perf_counter() - start,
+        )
+
+    async def _request(self, messages: Messages, n: int, params: Sampling, offset: int) -> Generation:
+        kwargs: dict[str, Any] = dict(
+            model=self.model,
+            messages=messages,
+            temperature=params.temperature,
+            top_p=params.top_p,
+            max_tokens=params.max_tokens,
+        )
+        if n > 1:
+            kwargs["n"] = n
+        if params.seed is not None:
+            # A different seed per single request, so a server without `n` still gives G different samples.
+            kwargs["seed"] = params.seed + offset
+        if params.stop:
+            kwargs["stop"] = list(params.stop)
+        if params.json_schema is not None and self.schema_modes:
+            kwargs["response_format"] = (
+                {"type": "json_schema", "json_schema": {"name": "reply", "schema": params.json_schema}}
+                if self.schema_modes[0] == "json_schema"
+                else {"type": "json_object", "schema": params.json_schema}
+            )
+        async with self._slots:
+            start = time.perf_counter()
+            try:
+                reply = await self.client.chat.completions.create(**kwargs)
+            except openai.APIStatusError as exc:
+                if "response_format" not in kwargs or "response_format" not in str(exc.message):
+                    raise self._failed(exc) from None
+                # This server refuses this way of asking for JSON: try the next way, or none (the learner
+                # validates every reply anyway).
+                self.schema_modes.pop(0)
+                refused = True
+            except openai.APIConnectionError as exc:
+                raise BackendUnreachable(
+                    f"cannot reach {self.base_url} (model {self.model!r}): {exc.__cause__ or exc}"
+                ) from None
+            else:
+                refused = False
+        if refused:
+            return await self._request(messages, n, params, offset)
+        usage = reply.usage
+        completion_tokens = usage.completion_tokens if usage else 0
+        per_choice = split_tokens(completion_tokens, max(1, len(reply.choices)))
+        choices = [
+            Choice(text=c.message.content or "", finish_reason=c.finish_reason, completion_tokens=t)
+            for c, t in zip(sorted(reply.choices, key=lambda c: c.index), per_choice)
+        ]
+        return Generation(
+            choices=choices,
+            prompt_tokens=usage.prompt_tokens if usage else 0,
+            completion_tokens=completion_tokens,
+            latency_s=time.perf_counter() - start,
+        )
+
+    def _failed(self, exc: openai.APIStatusError) -> Exception:
+        if exc.status_code == 404:
+            return ModelNotFound(f"{self.base_url}: model {self.model!r} not found ({exc.message})")
+        return BackendRequestFailed(f"{self.base_url} answered {exc.status_code} for model {self.model!r}: {exc.message}")
+
+    async def aclose(self) -> None:
+        await self.client.close()

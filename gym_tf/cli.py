@@ -1,0 +1,268 @@
+"""The `gym-tf` command. Each command parses options, calls the library once, and prints the result.
+
+Domain errors become a one-line `error: ...` on stderr and exit status 1.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import json
+import sys
+from pathlib import Path
+from typing import Annotated, Any, Callable, Optional
+
+import typer
+from pydantic import ValidationError
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from gym_tf.backends import BackendConfig, Sampling, make_backend
+from gym_tf.config import OptimizeConfig, RolloutConfig
+from gym_tf.datasets import load_dataset
+from gym_tf.display import diff_text, library_table, metrics_table, progress_line, runs_table
+from gym_tf.errors import GymTFError
+from gym_tf.evaluate import evaluate
+from gym_tf.library import render_library
+from gym_tf.library_io import diff_versions, export_library, read_library_file, resolve_library
+from gym_tf.optimize import Optimizer, resume_config
+from gym_tf.store import RunStore
+from rewards import ANSWER_FREE, RewardLoadError, load_reward
+
+app = typer.Typer(help="Training-Free GRPO: learn an experience library for a frozen LLM.", no_args_is_help=True,
+                  pretty_exceptions_enable=False)
+library_app = typer.Typer(help="Inspect, compare, export and import library versions.", no_args_is_help=True)
+app.add_typer(library_app, name="library")
+console = Console()
+err = Console(stderr=True)
+
+# --- shared options -------------------------------------------------------------------------------------------------
+BaseUrl = Annotated[Optional[str], typer.Option(help="OpenAI-compatible server (.../v1); none: the embedded model")]
+Model = Annotated[Optional[str], typer.Option(help="model name on the server, or a local HF directory (vllm)")]
+ApiKey = Annotated[Optional[str], typer.Option(envvar="GYM_TF_API_KEY", help="API key for the server")]
+ModelFile = Annotated[Optional[str], typer.Option(help="a local GGUF file for the embedded backend")]
+BackendKind = Annotated[str, typer.Option(help="auto | embedded | openai | vllm")]
+Concurrency = Annotated[int, typer.Option(help="requests in flight at once")]
+Timeout = Annotated[float, typer.Option(help="per-request timeout, seconds")]
+Workspace = Annotated[Optional[Path], typer.Option(envvar="GYM_TF_WORKSPACE", help="workspace folder (default ./.gym-tf)")]
+ProblemField = Annotated[Optional[str], typer.Option(help="column holding the problem")]
+AnswerField = Annotated[Optional[str], typer.Option(help="column holding the answer")]
+
+
+def fails_cleanly(command: Callable[..., Any]) -> Callable[..., Any]:
+    """Turn domain errors into one line on stderr and exit status 1."""
+
+    @functools.wraps(command)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return command(*args, **kwargs)
+        except (GymTFError, RewardLoadError) as exc:
+            typer.echo(f"error: {exc}", err=True)
+            raise typer.Exit(1) from None
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            where = ".".join(map(str, first["loc"]))
+            typer.echo(f"error: invalid setting{' ' + where if where else ''}: {first['msg']}", err=True)
+            raise typer.Exit(1) from None
+
+    return wrapper
+
+
+def backend_config(backend: str, base_url: str | None, model: str | None, api_key: str | None, model_file: str | None,
+                   concurrency: int, timeout: float) -> BackendConfig:
+    return BackendConfig(backend=backend, base_url=base_url, model=model, api_key=api_key, model_file=model_file,
+                         concurrency=concurrency, timeout_s=timeout)
+
+
+# --- eval -------------------------------------------------------------------------------------------------------------
+
+
+@app.command("eval")
+@fails_cleanly
+def eval_command(
+    dataset: Annotated[str, typer.Option(help="problems file, `datasets` directory, or `quickstart`")] = "quickstart",
+    samples: Annotated[int, typer.Option("--samples", "-k", help="samples per problem (k)")] = 4,
+    library: Annotated[Optional[str], typer.Option(help="version id, `latest`, or an exported library file")] = None,
+    reward: Annotated[str, typer.Option(help="reward name or module:function")] = "math",
+    limit: Annotated[Optional[int], typer.Option(help="only the first N problems")] = None,
+    temperature: float = 0.7,
+    max_completion_tokens: Annotated[int, typer.Option(help="longest answer, tokens")] = 512,
+    max_library_tokens: Annotated[Optional[int], typer.Option(help="cap on the rendered library")] = 1024,
+    seed: int = 0,
+    report: Annotated[Path, typer.Option(help="JSON report file")] = Path("eval-report.json"),
+    problem_field: ProblemField = None,
+    answer_field: AnswerField = None,
+    backend: BackendKind = "auto",
+    base_url: BaseUrl = None,
+    model: Model = None,
+    api_key: ApiKey = None,
+    model_file: ModelFile = None,
+    concurrency: Concurrency = 8,
+    timeout: Timeout = 600.0,
+    workspace: Workspace = None,
+) -> None:
+    """Mean@k, Pass@k and majority-vote accuracy, with bootstrap 95% intervals, for a library (default: none)."""
+    problems = load_dataset(dataset, problem_field, answer_field, require_answer=reward not in ANSWER_FREE, limit=limit)
+    store = RunStore(workspace)
+    lib = resolve_library(store, library)
+    config = backend_config(backend, base_url, model, api_key, model_file, concurrency, timeout)
+    sampling = RolloutConfig(temperature=temperature, max_completion_tokens=max_completion_tokens).sampling()
+
+    async def main():
+        engine = await make_backend(config)
+        try:
+            scorer = load_reward(reward, judge_backend=engine)
+            with Progress(TextColumn("eval"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                          console=err) as bar:
+                task = bar.add_task("eval", total=len(problems))
+                return await evaluate(engine, problems, scorer, samples, sampling, lib, max_library_tokens, seed,
+                                      on_group=lambda p, g: bar.advance(task))
+        finally:
+            await engine.aclose()
+
+    result = asyncio.run(main())
+    result.extra["dataset"] = dataset
+    result.write(report)
+    console.print(metrics_table(result.metrics, f"{result.model} | library {lib.id[:12]} ({len(lib.items)} items)"))
+    console.print(f"tokens: {result.prompt_tokens} prompt + {result.completion_tokens} completion; report: {report}")
+
+
+# --- optimize ---------------------------------------------------------------------------------------------------------
+
+
+@app.command()
+@fails_cleanly
+def optimize(
+    dataset: Annotated[str, typer.Option(help="training problems file, `datasets` directory, or `quickstart`")] = "quickstart",
+    epochs: int = 3,
+    batch_size: Annotated[int, typer.Option(help="problems per step")] = 8,
+    group_size: Annotated[int, typer.Option("--group-size", "-G", help="answers per problem")] = 4,
+    seed: int = 0,
+    reward: Annotated[str, typer.Option(help="reward name or module:function")] = "math",
+    limit: Annotated[Optional[int], typer.Option(help="only the first N training problems")] = None,
+    val_dataset: Annotated[Optional[str], typer.Option(help="held-out problems for the validation gate")] = None,
+    val_samples: int = 4,
+    max_tokens: Annotated[Optional[int], typer.Option(help="token budget for the whole run")] = None,
+    max_completion_tokens: Annotated[int, typer.Option(help="longest answer, tokens")] = 512,
+    max_library_tokens: Annotated[Optional[int], typer.Option(help="cap on the rendered library")] = 1024,
+    temperature: float = 0.7,
+    summarize: Annotated[bool, typer.Option(help="summarize each rollout first (paper's design)")] = True,
+    hard_groups: Annotated[str, typer.Option(help="all-fail groups: skip | reference")] = "skip",
+    resume: Annotated[Optional[str], typer.Option(help="continue a crashed or stopped run by id")] = None,
+    problem_field: ProblemField = None,
+    answer_field: AnswerField = None,
+    backend: BackendKind = "auto",
+    base_url: BaseUrl = None,
+    model: Model = None,
+    api_key: ApiKey = None,
+    model_file: ModelFile = None,
+    concurrency: Concurrency = 8,
+    timeout: Timeout = 600.0,
+    learner_base_url: Annotated[Optional[str], typer.Option(help="a different server for the learning stages")] = None,
+    learner_model: Annotated[Optional[str], typer.Option(help="the learning stages' model")] = None,
+    workspace: Workspace = None,
+) -> None:
+    """Learn an experience library for the frozen model (Training-Free GRPO) and print it."""
+    store = RunStore(workspace)
+    if resume:
+        run_id, config = resume_config(store, resume, max_tokens)
+        config = config.model_copy(update={"backend": config.backend.model_copy(update={"api_key": api_key})})
+    else:
+        run_id = None
+        learner = None
+        if learner_base_url or learner_model:
+            learner = BackendConfig(base_url=learner_base_url or base_url, model=learner_model, api_key=api_key,
+                                    concurrency=concurrency, timeout_s=timeout)
+        config = OptimizeConfig(
+            dataset=dataset, problem_field=problem_field, answer_field=answer_field, limit=limit, epochs=epochs,
+            batch_size=batch_size, group_size=group_size, seed=seed, reward=reward, val_dataset=val_dataset,
+            val_samples=val_samples, max_tokens=max_tokens, max_library_tokens=max_library_tokens,
+            summarize=summarize, hard_groups=hard_groups,
+            rollout=RolloutConfig(temperature=temperature, max_completion_tokens=max_completion_tokens),
+            backend=backend_config(backend, base_url, model, api_key, model_file, concurrency, timeout), learner=learner,
+        )
+
+    async def main():
+        engine = await make_backend(config.backend)
+        learner_engine = await make_backend(config.learner) if config.learner else None
+        try:
+            with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                          console=err, transient=False) as bar:
+                task = bar.add_task("starting", total=None)
+
+                def show(p):
+                    bar.update(task, description=progress_line(p), total=p.total_steps, completed=max(0, p.step - 1))
+
+                optimizer = Optimizer(config, store, engine, learner_engine, run_id=run_id, on_progress=show)
+                err.print(f"run {optimizer.run_id} on {engine.describe()}", highlight=False)
+                result = await optimizer.run()
+                bar.update(task, completed=result.progress.total_steps if result.status == "finished" else result.progress.step)
+                return result
+        finally:
+            await engine.aclose()
+            if learner_engine:
+                await learner_engine.aclose()
+
+    result = asyncio.run(main())
+    console.print(library_table(result.library))
+    usage = store.usage(result.run_id)
+    console.print("tokens by stage: " + ", ".join(f"{s} {u['prompt']}+{u['completion']}" for s, u in usage.items()))
+    for note in result.progress.notes:
+        console.print(note)
+    console.print(f"run {result.run_id} {result.status}; library {result.library.id[:12]}")
+
+
+# --- runs and libraries ---------------------------------------------------------------------------------------------
+
+
+@app.command()
+@fails_cleanly
+def runs(workspace: Workspace = None) -> None:
+    """List runs in the workspace, newest first."""
+    console.print(runs_table(RunStore(workspace).runs()))
+
+
+@library_app.command("show")
+@fails_cleanly
+def library_show(
+    version: Annotated[str, typer.Argument(help="version id or prefix, `latest`, or a library file")] = "latest",
+    rendered: Annotated[bool, typer.Option(help="print the exact prompt text instead of a table")] = False,
+    workspace: Workspace = None,
+) -> None:
+    """Show one library version (default: the newest promoted)."""
+    lib = resolve_library(RunStore(workspace), version)
+    console.print(render_library(lib) if rendered else library_table(lib), highlight=False, markup=not rendered)
+
+
+@library_app.command("diff")
+@fails_cleanly
+def library_diff(a: str, b: str, workspace: Workspace = None) -> None:
+    """The ops applied between version A and its descendant B, and the items that differ."""
+    store = RunStore(workspace)
+    console.print(diff_text(diff_versions(store, resolve_library(store, a), resolve_library(store, b))))
+
+
+@library_app.command("export")
+@fails_cleanly
+def library_export(version: str, output: Annotated[Path, typer.Option("-o", "--output")], workspace: Workspace = None) -> None:
+    """Write a library version to a JSON file that `import` and `eval --library` read."""
+    lib = resolve_library(RunStore(workspace), version)
+    export_library(lib, output)
+    console.print(f"wrote {output} ({lib.id[:12]}, {len(lib.items)} items)")
+
+
+@library_app.command("import")
+@fails_cleanly
+def library_import(path: Path, workspace: Workspace = None) -> None:
+    """Add an exported library file to this workspace; its id is checked against its content."""
+    lib = read_library_file(path)
+    RunStore(workspace).put_version(lib, run_id="", status="imported")
+    console.print(f"imported {lib.id}")
+
+
+def main() -> None:  # pragma: no cover - `python -m gym_tf`
+    app(prog_name="gym-tf")
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

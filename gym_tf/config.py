@@ -1,0 +1,69 @@
+"""Typed settings for `optimize` and `eval`. Every field says what it does; broken rules raise ValueError naming them."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from gym_tf.backends import BackendConfig, Sampling
+
+
+class RolloutConfig(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    temperature: float = Field(0.7, ge=0, description="sampling temperature for the frozen model's answers")
+    top_p: float = Field(1.0, gt=0, le=1, description="nucleus sampling for the answers")
+    max_completion_tokens: int = Field(512, ge=1, description="longest answer, in tokens")
+
+    def sampling(self) -> Sampling:
+        return Sampling(temperature=self.temperature, top_p=self.top_p, max_tokens=self.max_completion_tokens)
+
+
+class OptimizeConfig(BaseModel):
+    """Everything that decides what a run learns. Recorded, with its hash, in the run store."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    dataset: str = Field(description="training problems: a file, a `datasets` directory, or `quickstart`")
+    problem_field: str | None = Field(None, description="column holding the problem (default: problem/question/prompt)")
+    answer_field: str | None = Field(None, description="column holding the answer (default: answer/solution/final_answer)")
+    limit: int | None = Field(None, ge=1, description="use only the first N problems")
+    epochs: int = Field(3, ge=1, description="passes over the training problems")
+    batch_size: int = Field(8, ge=1, description="problems per step; one consolidation per step")
+    group_size: int = Field(4, description="answers sampled per problem (G)")
+    seed: int = Field(0, description="shuffling and sampling seed; the same seed repeats the run")
+    reward: str = Field("math", description="built-in reward name or module:function")
+    rollout: RolloutConfig = Field(default_factory=RolloutConfig, description="how answers are sampled")
+    learner_temperature: float = Field(0.3, ge=0, description="temperature of the learner's calls")
+    learner_max_tokens: int = Field(512, ge=16, description="longest learner reply, in tokens")
+    max_ops_per_group: int = Field(2, ge=1, le=8, description="operations a group may propose")
+    max_attempts: int = Field(3, ge=1, description="tries per learner reply before it is recorded as rejected")
+    summarize: bool = Field(True, description="summarize each rollout before comparing (the paper's design); "
+                            "off: the group call reads the raw answers, saving one call per rollout")
+    hard_groups: Literal["skip", "reference"] = Field(
+        "skip", description="all-fail groups: skip, or contrast the failures with the reference answer/solution"
+    )
+    max_library_tokens: int | None = Field(1024, ge=16, description="cap on the rendered library (estimated tokens)")
+    val_dataset: str | None = Field(None, description="held-out problems; a step is kept only if not worse on them")
+    val_samples: int = Field(4, ge=1, description="samples per validation problem")
+    max_tokens: int | None = Field(None, ge=1, description="token budget for the whole run (all stages); stops cleanly")
+    start_library: str = Field("empty", description="library version to start from")
+    backend: BackendConfig = Field(default_factory=BackendConfig, description="the frozen model answering problems")
+    learner: BackendConfig | None = Field(None, description="a different model for the learning stages (default: same)")
+
+    @model_validator(mode="after")
+    def _rules(self) -> "OptimizeConfig":
+        if self.group_size < 2:
+            raise ValueError("group_size must be >= 2 to compare rollouts")
+        return self
+
+    def recorded(self) -> dict:
+        """The config as stored: API keys removed."""
+        data = self.model_dump(mode="json")
+        data["backend"] = self.backend.recorded()
+        data["learner"] = self.learner.recorded() if self.learner else None
+        return data
+
+    def learner_sampling(self) -> Sampling:
+        return Sampling(temperature=self.learner_temperature, max_tokens=self.learner_max_tokens)

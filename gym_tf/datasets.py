@@ -1,0 +1,150 @@
+"""Problems with verifiable answers, loaded from JSONL, CSV, Parquet or a local HuggingFace `datasets` directory.
+
+>>> problems = load_dataset("aime.jsonl")          # {"problem": ..., "answer": ...} per line
+>>> problems[0].problem, problems[0].answer
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from gym_tf.errors import DatasetError
+
+# Column names recognised when none is given, in order of preference.
+PROBLEM_FIELDS = ("problem", "question", "prompt")
+ANSWER_FIELDS = ("answer", "solution", "final_answer")
+ID_FIELDS = ("id", "problem_id", "uid")
+
+BUNDLED = {"quickstart": "quickstart.jsonl"}
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One dataset row: the text the model answers, the reference answer, and every other column (for rewards)."""
+
+    id: str
+    problem: str
+    answer: str | None
+    row: dict[str, Any] = field(default_factory=dict, compare=False)
+
+
+def bundled_path(name: str) -> Path:
+    """Path of a dataset shipped inside the package (`quickstart`)."""
+    return Path(str(resources.files("gym_tf") / "data" / BUNDLED[name]))
+
+
+def load_dataset(
+    source: str | Path,
+    problem_field: str | None = None,
+    answer_field: str | None = None,
+    id_field: str | None = None,
+    require_answer: bool = True,
+    limit: int | None = None,
+) -> list[Problem]:
+    """Load problems from a file or directory; a bundled name (`quickstart`) is accepted too.
+
+    A malformed row raises DatasetError naming the file, the line (or row) and what is wrong.
+    """
+    if str(source) in BUNDLED:
+        source = bundled_path(str(source))
+    path = Path(source)
+    if not path.exists():
+        raise DatasetError(f"{path}: no such dataset file or directory")
+    if path.is_dir():
+        rows = _hf_rows(path)
+    elif path.suffix == ".jsonl" or path.suffix == ".json":
+        rows = _jsonl_rows(path)
+    elif path.suffix == ".csv":
+        rows = _csv_rows(path)
+    elif path.suffix == ".parquet":
+        rows = _parquet_rows(path)
+    else:
+        raise DatasetError(f"{path}: unknown dataset format (use .jsonl, .csv, .parquet or a `datasets` directory)")
+
+    problems: list[Problem] = []
+    seen: set[str] = set()
+    for where, row in rows:
+        problem = _to_problem(path, where, row, problem_field, answer_field, id_field, require_answer, len(problems))
+        if problem.id in seen:
+            raise DatasetError(f"{path}:{where}: duplicate id {problem.id!r}")
+        seen.add(problem.id)
+        problems.append(problem)
+        if limit is not None and len(problems) >= limit:
+            break
+    if not problems:
+        raise DatasetError(f"{path}: the dataset has no rows")
+    return problems
+
+
+def _pick(row: dict[str, Any], chosen: str | None, defaults: tuple[str, ...]) -> str | None:
+    if chosen is not None:
+        return chosen if chosen in row else None
+    return next((name for name in defaults if name in row), None)
+
+
+def _to_problem(path, where, row, problem_field, answer_field, id_field, require_answer, index) -> Problem:
+    if not isinstance(row, dict):
+        raise DatasetError(f"{path}:{where}: expected an object with named fields, got {type(row).__name__}")
+    p_name = _pick(row, problem_field, PROBLEM_FIELDS)
+    if p_name is None:
+        wanted = problem_field or " / ".join(PROBLEM_FIELDS)
+        raise DatasetError(f"{path}:{where}: no problem field ({wanted}); fields are {sorted(row)}")
+    text = row[p_name]
+    if not isinstance(text, str) or not text.strip():
+        raise DatasetError(f"{path}:{where}: field {p_name!r} must be a non-empty string")
+    a_name = _pick(row, answer_field, ANSWER_FIELDS)
+    answer = row.get(a_name) if a_name else None
+    if answer is None and require_answer:
+        wanted = answer_field or " / ".join(ANSWER_FIELDS)
+        raise DatasetError(f"{path}:{where}: no answer field ({wanted}); fields are {sorted(row)}")
+    i_name = _pick(row, id_field, ID_FIELDS)
+    pid = str(row[i_name]) if i_name else str(index)
+    return Problem(id=pid, problem=text, answer=None if answer is None else str(answer), row=dict(row))
+
+
+def _jsonl_rows(path: Path):
+    with path.open(encoding="utf-8") as lines:
+        for number, line in enumerate(lines, start=1):
+            if not line.strip():
+                continue
+            try:
+                yield f"line {number}", json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise DatasetError(f"{path}:line {number}: invalid JSON ({exc.msg} at column {exc.colno})") from None
+
+
+def _csv_rows(path: Path):
+    with path.open(encoding="utf-8", newline="") as handle:
+        reader = csv.DictReader(handle)
+        for row in reader:
+            if None in row:
+                raise DatasetError(f"{path}:line {reader.line_num}: more cells than the header has columns")
+            yield f"line {reader.line_num}", row
+
+
+def _parquet_rows(path: Path):
+    import pyarrow.parquet as pq
+
+    for number, row in enumerate(pq.read_table(path).to_pylist()):
+        yield f"row {number}", row
+
+
+def _hf_rows(path: Path):
+    try:
+        import datasets
+    except ImportError:
+        raise DatasetError(f"{path}: reading a `datasets` directory needs `pip install gym-tf[hf]`") from None
+    try:
+        data = datasets.load_from_disk(str(path))
+    except FileNotFoundError as exc:
+        raise DatasetError(f"{path}: not a directory written by `datasets.save_to_disk` ({exc})") from None
+    if isinstance(data, datasets.DatasetDict):
+        split = "train" if "train" in data else next(iter(data))
+        data = data[split]
+    for number, row in enumerate(data):
+        yield f"row {number}", row

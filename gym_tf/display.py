@@ -1,0 +1,71 @@
+"""Rich renderings the CLI prints: eval tables, run lists, libraries, diffs, and the live optimize panel."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+from rich.console import Group
+from rich.table import Table
+from rich.text import Text
+
+from gym_tf.library import LibraryVersion
+from gym_tf.library_io import LibraryDiff
+from gym_tf.metrics import Metrics
+from gym_tf.optimize import Progress
+
+
+def metrics_table(metrics: Metrics, title: str) -> Table:
+    table = Table(title=title)
+    for column in ("metric", "value", "95% CI"):
+        table.add_column(column)
+    k = metrics.samples
+    for name, estimate in [(f"Mean@{k}", metrics.mean_at_k), (f"Pass@{k}", metrics.pass_at_k),
+                           (f"Majority@{k}", metrics.majority)]:
+        table.add_row(name, f"{estimate.value:.3f}", f"[{estimate.low:.3f}, {estimate.high:.3f}]")
+    table.caption = f"{metrics.problems} problems x {k} samples"
+    return table
+
+
+def runs_table(runs: list[dict]) -> Table:
+    table = Table(title="runs")  # ids are never truncated: they are what users copy
+    table.add_column("id", no_wrap=True, min_width=22)
+    for column in ("kind", "status", "model", "dataset", "library", "steps", "tokens"):
+        table.add_column(column)
+    for run in runs:
+        summary = run["summary"]
+        tokens = sum(u.get("prompt", 0) + u.get("completion", 0) for u in summary.get("tokens", {}).values())
+        table.add_row(run["id"], run["kind"], run["status"], run["model"], run["dataset"],
+                      (run["current_version"] or "")[:12], str(summary.get("steps", "")), str(tokens or ""))
+    return table
+
+
+def library_table(library: LibraryVersion, status: str = "") -> Table:
+    table = Table(title=f"library {library.id[:12]} (step {library.step}, {len(library.items)} items) {status}".strip())
+    table.add_column("id")
+    table.add_column("experience")
+    table.add_column("from", overflow="fold")
+    for item in library.items:
+        origin = item.provenance
+        table.add_row(item.id, item.text, f"step {origin.step} {origin.op} {', '.join(origin.problem_ids)}")
+    return table
+
+
+def diff_text(diff: LibraryDiff) -> Group:
+    lines = [Text(f"ops applied ({len(diff.ops)}):", style="bold")]
+    lines += [Text(f"  {op}") for op in diff.ops]
+    lines += [Text(f"+ [{i['id']}] {i['text']}", style="green") for i in diff.added]
+    lines += [Text(f"- [{i['id']}] {i['text']}", style="red") for i in diff.removed]
+    for old, new in diff.changed:
+        lines += [Text(f"~ [{old['id']}] {old['text']}", style="red"), Text(f"~ [{new['id']}] {new['text']}", style="green")]
+    return Group(*lines)
+
+
+def progress_line(p: Progress) -> str:
+    val = f" val {p.last_val:.3f}" if p.last_val is not None else ""
+    return (f"epoch {p.epoch} step {p.step}/{p.total_steps} | rollouts {p.rollouts} reward {p.mean_reward:.3f} | "
+            f"groups {p.groups_used} used {p.groups_skipped} skipped | ops {p.ops_applied} applied "
+            f"{p.ops_rejected} rejected | library {p.library_size} | tokens {p.tokens}{val}")
+
+
+def when(timestamp: float) -> str:
+    return dt.datetime.fromtimestamp(timestamp).strftime("%Y-%m-%d %H:%M")

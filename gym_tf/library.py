@@ -1,0 +1,235 @@
+"""The experience library: immutable versions of stable-id items, the typed ops that change them, and the renderer.
+
+A version is a value. `apply_ops(version, ops, ...)` returns a new version plus a verdict for every op; the old
+version is untouched. Item ids (`E1`, `E2`, ...) are handed out once and never renumbered or reused.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from dataclasses import dataclass
+from typing import Annotated, Any, Literal, Union
+
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, field_validator
+
+MAX_EXPERIENCE_CHARS = 400
+
+ExperienceText = Annotated[str, Field(min_length=8, max_length=MAX_EXPERIENCE_CHARS)]
+
+
+class _Op(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    # Which proposals (numbered in the consolidation prompt) an op came from; feeds provenance.
+    sources: tuple[int, ...] = ()
+
+
+class AddOp(_Op):
+    op: Literal["add"]
+    text: ExperienceText
+
+
+class UpdateOp(_Op):
+    op: Literal["update"]
+    id: str
+    text: ExperienceText
+
+
+class DeleteOp(_Op):
+    op: Literal["delete"]
+    id: str
+
+
+class MergeOp(_Op):
+    op: Literal["merge"]
+    ids: tuple[str, ...] = Field(min_length=2)
+    text: ExperienceText
+
+    @field_validator("ids")
+    @classmethod
+    def _distinct(cls, ids: tuple[str, ...]) -> tuple[str, ...]:
+        if len(set(ids)) != len(ids):
+            raise ValueError("merge ids must be distinct")
+        return ids
+
+
+class NoneOp(_Op):
+    op: Literal["none"]
+
+
+LibraryOp = Annotated[Union[AddOp, UpdateOp, DeleteOp, MergeOp, NoneOp], Field(discriminator="op")]
+
+
+class OpsReply(BaseModel):
+    """What the learner must answer in the group and consolidation stages."""
+
+    model_config = ConfigDict(extra="forbid")
+    operations: list[LibraryOp] = Field(min_length=1, max_length=16)
+
+
+OPS_SCHEMA: dict[str, Any] = OpsReply.model_json_schema()
+
+
+def ops_schema(max_ops: int) -> dict[str, Any]:
+    """The ops schema with at most `max_ops` operations: with constrained decoding, a small model cannot ramble on."""
+    schema = json.loads(json.dumps(OPS_SCHEMA))
+    schema["properties"]["operations"]["maxItems"] = max_ops
+    return schema
+OpAdapter: TypeAdapter[Any] = TypeAdapter(LibraryOp)
+
+
+class Provenance(BaseModel):
+    """Where an item's current text came from."""
+
+    model_config = ConfigDict(frozen=True)
+    step: int
+    op: str
+    problem_ids: tuple[str, ...] = ()
+    rollout_ids: tuple[str, ...] = ()
+
+
+class Experience(BaseModel):
+    model_config = ConfigDict(frozen=True)
+    id: str
+    text: str
+    provenance: Provenance
+
+
+class LibraryVersion(BaseModel):
+    """An immutable library version. Its id is the sha256 of its canonical JSON (content-addressed)."""
+
+    model_config = ConfigDict(frozen=True)
+    items: tuple[Experience, ...] = ()
+    next_number: int = 1
+    parent: str | None = None
+    step: int = 0
+
+    def canonical_bytes(self) -> bytes:
+        return json.dumps(self.model_dump(mode="json"), sort_keys=True, separators=(",", ":")).encode()
+
+    @property
+    def id(self) -> str:
+        return hashlib.sha256(self.canonical_bytes()).hexdigest()
+
+    def get(self, item_id: str) -> Experience | None:
+        return next((item for item in self.items if item.id == item_id), None)
+
+
+EMPTY_LIBRARY = LibraryVersion()
+
+
+@dataclass(frozen=True)
+class OpVerdict:
+    op: Any
+    accepted: bool
+    reason: str = ""
+
+
+def apply_ops(
+    library: LibraryVersion, ops: list[Any], step: int, provenance: dict[int, Provenance] | None = None
+) -> tuple[LibraryVersion, list[OpVerdict]]:
+    """Apply ops in order. Ops naming unknown ids, or adding a duplicate, are rejected with a reason.
+
+    `provenance` maps an op's index to where it came from. Returns the new version (parent = `library`; `library`
+    itself when no op was accepted) and one verdict per op. The new version is only a value: recording it is the store's job.
+    """
+    items = {item.id: item for item in library.items}
+    number = library.next_number
+    verdicts: list[OpVerdict] = []
+    for index, op in enumerate(ops):
+        origin = (provenance or {}).get(index, Provenance(step=step, op=op.op))
+        origin = origin.model_copy(update={"op": op.op, "step": step})
+        missing = [i for i in _ids_of(op) if i not in items]
+        if missing:
+            verdicts.append(OpVerdict(op, False, f"unknown id {', '.join(missing)}"))
+            continue
+        if isinstance(op, (AddOp, UpdateOp, MergeOp)) and _is_duplicate(op.text, items, skip=_ids_of(op)):
+            verdicts.append(OpVerdict(op, False, "duplicates an existing item"))
+            continue
+        if isinstance(op, AddOp):
+            new_id = f"E{number}"
+            number += 1
+            items[new_id] = Experience(id=new_id, text=op.text.strip(), provenance=origin)
+        elif isinstance(op, UpdateOp):
+            items[op.id] = Experience(id=op.id, text=op.text.strip(), provenance=origin)
+        elif isinstance(op, DeleteOp):
+            del items[op.id]
+        elif isinstance(op, MergeOp):
+            # The merged item keeps the oldest id, so references to it stay valid.
+            keep = min(op.ids, key=_number_of)
+            for item_id in op.ids:
+                del items[item_id]
+            items[keep] = Experience(id=keep, text=op.text.strip(), provenance=origin)
+        verdicts.append(OpVerdict(op, True))
+    if not any(v.accepted for v in verdicts):
+        return library, verdicts  # nothing changed: no new version
+    ordered = tuple(sorted(items.values(), key=lambda item: _number_of(item.id)))
+    new = LibraryVersion(items=ordered, next_number=number, parent=library.id, step=step)
+    return new, verdicts
+
+
+def _ids_of(op: Any) -> tuple[str, ...]:
+    if isinstance(op, (UpdateOp, DeleteOp)):
+        return (op.id,)
+    if isinstance(op, MergeOp):
+        return op.ids
+    return ()
+
+
+def _number_of(item_id: str) -> int:
+    return int(item_id[1:]) if item_id[1:].isdigit() else 0
+
+
+def _is_duplicate(text: str, items: dict[str, Experience], skip: tuple[str, ...]) -> bool:
+    key = " ".join(text.lower().split())
+    return any(" ".join(item.text.lower().split()) == key for item_id, item in items.items() if item_id not in skip)
+
+
+# --- rendering: one renderer for rollouts, eval and the server -------------------------------------------------
+
+LIBRARY_HEADER = "Experiences learned from earlier problems (apply the ones that fit):"
+
+
+def approx_tokens(text: str) -> int:
+    """A tokenizer-free estimate (4 bytes a token), so the rendered text is identical whatever model reads it."""
+    return math.ceil(len(text.encode()) / 4)
+
+
+def render_library(library: LibraryVersion, max_tokens: int | None = None) -> str:
+    """The library as prompt text: a header, then `[E3] text` lines in id order. Empty library: empty string.
+
+    Budget rule: items are taken oldest id first (they have survived the most consolidation steps); once the next
+    item would push the estimate past `max_tokens`, it and every newer item are left out.
+    """
+    if not library.items:
+        return ""
+    lines = [LIBRARY_HEADER]
+    used = approx_tokens(LIBRARY_HEADER)
+    for item in library.items:
+        line = f"[{item.id}] {item.text}"
+        cost = approx_tokens(line) + 1
+        if max_tokens is not None and used + cost > max_tokens:
+            break
+        lines.append(line)
+        used += cost
+    return "\n".join(lines) if len(lines) > 1 else ""
+
+
+def with_library(messages: list[dict[str, Any]], library_text: str) -> list[dict[str, Any]]:
+    """Put the rendered library first in the system message (merged into an existing one, else added first).
+
+    The library goes first so that every request shares the same prefix and prefix caches hit.
+    """
+    if not library_text:
+        return list(messages)
+    out = [dict(m) for m in messages]
+    for message in out:
+        if message.get("role") in ("system", "developer"):
+            content = message.get("content")
+            if isinstance(content, list):
+                message["content"] = [{"type": "text", "text": library_text + "\n\n"}, *content]
+            else:
+                message["content"] = f"{library_text}\n\n{content}" if content else library_text
+            return out
+    return [{"role": "system", "content": library_text}, *out]

@@ -1,0 +1,301 @@
+"""Training-Free GRPO, one step after another. Read `run_step` top to bottom: it is the whole algorithm.
+
+    rollout -> reward -> skip homogeneous groups -> summarize each rollout -> group advantage per problem
+            -> consolidate the batch -> apply ops -> validate -> record a new library version
+
+Model weights never change; the "policy update" is a set of typed ops on the experience library.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from gym_tf.backends import Backend
+from gym_tf.config import OptimizeConfig
+from gym_tf.datasets import Problem, load_dataset
+from gym_tf.errors import BudgetExhausted, ConfigError
+from gym_tf.evaluate import evaluate
+from gym_tf.learner import LearnerCalls, StageReply, consolidate_prompt, group_prompt, summarize_prompt
+from gym_tf.library import LibraryVersion, OpVerdict, Provenance, apply_ops, render_library
+from gym_tf.metrics import paired_difference
+from gym_tf.rollouts import Rollout, rollout_many
+from gym_tf.store import RunStore, config_hash, rollout_key
+from rewards import ANSWER_FREE, load_reward
+
+
+@dataclass
+class Progress:
+    """Live counters of a run; the CLI draws them, tests read them."""
+
+    epoch: int = 0
+    step: int = 0
+    total_steps: int = 0
+    rollouts: int = 0
+    reward_sum: float = 0.0
+    groups_used: int = 0
+    groups_skipped: int = 0
+    ops_applied: int = 0
+    ops_rejected: int = 0
+    library_size: int = 0
+    tokens: int = 0
+    last_val: float | None = None
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def mean_reward(self) -> float:
+        return self.reward_sum / self.rollouts if self.rollouts else 0.0
+
+
+@dataclass(frozen=True)
+class RunResult:
+    run_id: str
+    status: str
+    library: LibraryVersion
+    progress: Progress
+
+
+class Optimizer:
+    def __init__(self, config: OptimizeConfig, store: RunStore, backend: Backend, learner_backend: Backend | None = None,
+                 run_id: str | None = None, on_progress: Callable[[Progress], None] | None = None):
+        self.config = config
+        self.store = store
+        self.backend = backend
+        self.learner_backend = learner_backend or backend
+        self.on_progress = on_progress or (lambda p: None)
+        self.progress = Progress()
+        self.problems = load_dataset(config.dataset, config.problem_field, config.answer_field,
+                                     require_answer=config.reward not in ANSWER_FREE, limit=config.limit)
+        self.val_problems = (
+            load_dataset(config.val_dataset, config.problem_field, config.answer_field,
+                         require_answer=config.reward not in ANSWER_FREE)
+            if config.val_dataset else []
+        )
+        self.reward = load_reward(config.reward, judge_backend=self.learner_backend)
+        self.cfg_hash = config_hash(config.recorded())
+        if run_id is None:
+            start = store.version(config.start_library)
+            self.run_id = store.new_run("optimize", config.recorded(), backend.model, config.dataset, start.id)
+        else:
+            self.run_id = run_id
+        self.learner = LearnerCalls(self.learner_backend, store, self.run_id, config.learner_sampling(),
+                                    config.max_attempts)
+
+    # --- the run --------------------------------------------------------------------------------------------------
+
+    async def run(self) -> RunResult:
+        cfg = self.config
+        run = self.store.run(self.run_id)
+        library = self.store.version(run["current_version"])
+        done = {s["step"] for s in self.store.steps(self.run_id)}
+        self.progress.total_steps = cfg.epochs * -(-len(self.problems) // cfg.batch_size)
+        self.progress.library_size = len(library.items)
+        self._count_tokens()
+        status = "finished"
+        try:
+            best_scores = await self._validate(library, step=0) if self.val_problems else None
+            step = 0
+            for epoch in range(cfg.epochs):
+                for batch_index, batch in enumerate(self._batches(epoch)):
+                    step += 1
+                    self.progress.epoch, self.progress.step = epoch + 1, step
+                    if step in done:
+                        continue  # committed before a crash: its rollouts, replies and version are in the store
+                    library, best_scores = await self.run_step(epoch, batch_index, step, batch, library, best_scores)
+        except BudgetExhausted as stop:
+            status = "budget"
+            self.progress.notes.append(str(stop))
+        summary = {"steps": self.progress.step, "library_items": len(library.items), "tokens": self.store.usage(self.run_id),
+                   "groups_used": self.progress.groups_used, "groups_skipped": self.progress.groups_skipped}
+        self.store.finish_run(self.run_id, status, summary)
+        return RunResult(self.run_id, status, library, self.progress)
+
+    async def run_step(self, epoch: int, batch_index: int, step: int, batch: list[Problem], library: LibraryVersion,
+                       best_scores: list[float] | None) -> tuple[LibraryVersion, list[float] | None]:
+        cfg = self.config
+        self._check_budget()
+
+        # --- rollout and reward: G answers per problem, each group stored the moment it is scored
+        groups = await self._rollouts(epoch, step, batch, library)
+
+        # --- skip homogeneous groups: all-equal rewards carry no relative signal (unless hard_groups says otherwise)
+        used, hard = [], []
+        for problem in batch:
+            rewards = {r.reward for r in groups[problem.id] if r.reward is not None}
+            if len(rewards) > 1:
+                used.append(problem)
+            elif rewards == {0.0} and cfg.hard_groups == "reference" and problem.answer is not None:
+                hard.append(problem)
+        self.progress.groups_used += len(used) + len(hard)
+        self.progress.groups_skipped += len(batch) - len(used) - len(hard)
+        self._notify()
+        learn_from = used + hard
+        self._check_budget()
+
+        # --- summarize each rollout of the groups we learn from (one learner call per rollout)
+        summaries = await self._summaries(step, learn_from, groups, library)
+
+        # --- group advantage: one call per problem compares its good and bad attempts and proposes ops
+        replies = await asyncio.gather(*(
+            self.learner.ask(step, "extract", p.id,
+                             group_prompt(p, summaries[p.id], library, cfg.max_ops_per_group, hard=p in hard),
+                             cfg.max_ops_per_group)
+            for p in learn_from
+        ))
+        rejected = [("extract", OpVerdict({"problem": p.id, "reply": r.text}, False, r.error or ""))
+                    for p, r in zip(learn_from, replies) if r.error]
+        proposals = [(p.id, op) for p, r in zip(learn_from, replies) for op in r.ops if op.op != "none"]
+        self._count_tokens()
+        self._check_budget()
+
+        # --- consolidate the batch: one call reconciles every proposal with the library
+        ops, provenance = [], {}
+        if proposals:
+            merged = await self.learner.ask(step, "consolidate", "batch", consolidate_prompt(proposals, library),
+                                            max_ops=min(16, len(proposals) + len(library.items)))
+            if merged.error:
+                # The consolidation reply is unusable: keep it on record, and fall back to the proposals themselves,
+                # each still checked by apply_ops, rather than losing the step's lessons.
+                rejected.append(("consolidate", OpVerdict({"reply": merged.text}, False, merged.error)))
+                ops = [op for _, op in proposals]
+                sources = [[i + 1] for i in range(len(proposals))]
+            else:
+                ops = [op for op in merged.ops if op.op != "none"]
+                sources = [list(op.sources) for op in ops]
+            provenance = {i: self._provenance(step, src, proposals, groups) for i, src in enumerate(sources)}
+
+        # --- apply ops: a new immutable version; ops naming unknown ids are rejected with a reason
+        candidate, verdicts = apply_ops(library, ops, step, provenance)
+        all_verdicts = rejected + [("apply", v) for v in verdicts]
+        self.progress.ops_applied += sum(v.accepted for v in verdicts)
+        self.progress.ops_rejected += sum(not v.accepted for _, v in all_verdicts)
+
+        # --- validate: keep the candidate only if it is not worse than the best beyond noise
+        status, evaluation = "promoted", None
+        if candidate.id != library.id and best_scores is not None:
+            scores = await self._validate(candidate, step)
+            diff = paired_difference(scores, best_scores, seed=cfg.seed)
+            evaluation = {"val_mean": sum(scores) / len(scores), "diff": diff.value, "low": diff.low, "high": diff.high}
+            if diff.high < 0:
+                status = "rejected"
+            elif diff.value > 0:
+                best_scores = scores
+
+        # --- record: version, op verdicts, step row and token counts in one transaction
+        self._count_tokens()
+        stats = {"groups_used": len(learn_from), "groups_skipped": len(batch) - len(learn_from),
+                 "mean_reward": _mean(r.reward for g in groups.values() for r in g),
+                 "ops_applied": sum(v.accepted for v in verdicts), "ops_rejected": sum(not v.accepted for _, v in all_verdicts)}
+        self.store.commit_step(self.run_id, step, epoch, batch_index, library, candidate, all_verdicts, status,
+                               self.store.usage(self.run_id), stats, status, self.cfg_hash, evaluation)
+        new_library = candidate if status == "promoted" else library
+        self.progress.library_size = len(new_library.items)
+        self._notify()
+        return new_library, best_scores
+
+    # --- the pieces ---------------------------------------------------------------------------------------------
+
+    def _batches(self, epoch: int) -> list[list[Problem]]:
+        order = list(self.problems)
+        random.Random(f"{self.config.seed}:{epoch}").shuffle(order)
+        size = self.config.batch_size
+        return [order[i : i + size] for i in range(0, len(order), size)]
+
+    async def _rollouts(self, epoch: int, step: int, batch: list[Problem], library: LibraryVersion) -> dict[str, list[Rollout]]:
+        """Reuse every group already stored for this step (a resumed run), sample the rest."""
+        cfg = self.config
+        stored: dict[str, list[Rollout]] = {}
+        for r in self.store.rollouts(self.run_id, step):
+            stored.setdefault(r.problem_id, []).append(r)
+        complete = {p.id: stored[p.id] for p in batch if len(stored.get(p.id, [])) == cfg.group_size}
+        missing = [p for p in batch if p.id not in complete]
+
+        def keep(problem: Problem, group: list[Rollout]) -> None:
+            self.store.put_rollouts(self.run_id, epoch, step, group)
+            self._saw(group)
+
+        for group in complete.values():
+            self._saw(group)
+        fresh = await rollout_many(
+            self.backend, missing, render_library(library, cfg.max_library_tokens), cfg.group_size,
+            cfg.rollout.sampling(), self.reward, cfg.seed, f"train:{epoch}", library.id, on_group=keep,
+        )
+        return {**complete, **fresh}
+
+    async def _summaries(self, step: int, problems: list[Problem], groups: dict[str, list[Rollout]],
+                         library: LibraryVersion) -> dict[str, list[tuple[Rollout, str]]]:
+        if not self.config.summarize:
+            return {p.id: [(r, r.completion) for r in groups[p.id]] for p in problems}
+        jobs = [(p, r) for p in problems for r in groups[p.id]]
+        replies: list[StageReply] = await asyncio.gather(*(
+            self.learner.ask(step, "summarize", f"{p.id}/{r.sample}", summarize_prompt(p, r, library), None)
+            for p, r in jobs
+        ))
+        out: dict[str, list[tuple[Rollout, str]]] = {p.id: [] for p in problems}
+        for (p, r), reply in zip(jobs, replies):
+            out[p.id].append((r, reply.text))
+        return out
+
+    async def _validate(self, library: LibraryVersion, step: int) -> list[float]:
+        """Per-problem mean reward on the validation set; the same seeds for every version (paired comparison)."""
+        cached: dict[str, list[Rollout]] = {}
+        for r in self.store.rollouts(self.run_id, step):
+            if r.problem_id.startswith("val/") and r.library_version == library.id:
+                cached.setdefault(r.problem_id.removeprefix("val/"), []).append(r)
+        todo = [p for p in self.val_problems if len(cached.get(p.id, [])) != self.config.val_samples]
+
+        def keep(problem: Problem, group: list[Rollout]) -> None:
+            renamed = [Rollout(**{**r.__dict__, "problem_id": f"val/{r.problem_id}"}) for r in group]
+            self.store.put_rollouts(self.run_id, -1, step, renamed)
+
+        report = await evaluate(self.backend, todo, self.reward, self.config.val_samples, self.config.rollout.sampling(),
+                                library, self.config.max_library_tokens, seed=self.config.seed, on_group=keep) if todo else None
+        groups = {**cached, **(report.rollouts if report else {})}
+        scores = [_mean(r.reward for r in groups[p.id]) for p in self.val_problems]
+        self.progress.last_val = _mean(scores)
+        self._count_tokens()
+        return scores
+
+    def _provenance(self, step: int, sources: list[int], proposals: list[tuple[str, Any]],
+                    groups: dict[str, list[Rollout]]) -> Provenance:
+        problem_ids = sorted({proposals[s - 1][0] for s in sources if 1 <= s <= len(proposals)})
+        rollout_ids = [rollout_key(self.run_id, step, pid, r.sample) for pid in problem_ids for r in groups[pid]]
+        return Provenance(step=step, op="", problem_ids=tuple(problem_ids), rollout_ids=tuple(rollout_ids))
+
+    def _saw(self, group: list[Rollout]) -> None:
+        self.progress.rollouts += len(group)
+        self.progress.reward_sum += sum(r.reward or 0.0 for r in group)
+        self.progress.tokens += sum(r.prompt_tokens + r.completion_tokens for r in group)
+        self._notify()
+
+    def _count_tokens(self) -> None:
+        self.progress.tokens = sum(u["prompt"] + u["completion"] for u in self.store.usage(self.run_id).values())
+        self._notify()
+
+    def _check_budget(self) -> None:
+        budget = self.config.max_tokens
+        if budget is not None:
+            self._count_tokens()
+            if self.progress.tokens >= budget:
+                raise BudgetExhausted(f"token budget reached: {self.progress.tokens} of {budget} tokens spent")
+
+    def _notify(self) -> None:
+        self.on_progress(self.progress)
+
+
+def _mean(values: Any) -> float:
+    items = [v or 0.0 for v in values]
+    return sum(items) / len(items) if items else 0.0
+
+
+def resume_config(store: RunStore, run_id: str, max_tokens: int | None = None) -> tuple[str, OptimizeConfig]:
+    """The stored config of a run, so a resumed run repeats exactly what was started (budget may be raised)."""
+    run = store.run(run_id)
+    if run["kind"] != "optimize":
+        raise ConfigError(f"run {run['id']} is a {run['kind']} run, not an optimize run")
+    config = OptimizeConfig.model_validate(run["config"])
+    if max_tokens is not None:
+        config = config.model_copy(update={"max_tokens": max_tokens})
+    return run["id"], config

@@ -1,0 +1,233 @@
+"""The run store: one SQLite file per workspace (default `./.gym-tf/gym-tf.db`) holding runs, rollouts, every
+learner prompt and reply, ops with verdicts, library versions and steps. WAL mode; a step commits atomically.
+
+Every LLM reply is written as soon as it arrives, so a crash loses no paid-for tokens: `--resume` reads them back.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import time
+import uuid
+from pathlib import Path
+from typing import Any, Iterator
+
+from sqlite_utils import Database
+
+from gym_tf.errors import UnknownRun, UnknownVersion
+from gym_tf.library import EMPTY_LIBRARY, LibraryVersion, OpVerdict
+from gym_tf.rollouts import Rollout
+
+DEFAULT_WORKSPACE = ".gym-tf"
+
+
+def workspace_path(workspace: str | Path | None = None) -> Path:
+    return Path(workspace or os.environ.get("GYM_TF_WORKSPACE", DEFAULT_WORKSPACE))
+
+
+def config_hash(config: dict[str, Any]) -> str:
+    return hashlib.sha256(json.dumps(config, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
+def rollout_key(run_id: str, step: int, problem_id: str, sample: int) -> str:
+    return f"{run_id}/{step}/{problem_id}/{sample}"
+
+
+class RunStore:
+    def __init__(self, workspace: str | Path | None = None, memory: bool = False):
+        if memory:
+            self.db = Database(memory=True)
+        else:
+            root = workspace_path(workspace)
+            root.mkdir(parents=True, exist_ok=True)
+            self.db = Database(root / "gym-tf.db")
+            self.db.enable_wal()
+            self.db.execute("PRAGMA synchronous=NORMAL")
+        self._create()
+
+    def _create(self) -> None:
+        db = self.db
+        db["runs"].create(
+            {"id": str, "kind": str, "status": str, "created": float, "updated": float, "config": str,
+             "config_hash": str, "model": str, "dataset": str, "current_version": str, "summary": str},
+            pk="id", if_not_exists=True,
+        )
+        db["rollouts"].create(
+            {"key": str, "run_id": str, "epoch": int, "step": int, "problem_id": str, "sample": int,
+             "library_version": str, "messages": str, "completion": str, "finish_reason": str,
+             "prompt_tokens": int, "completion_tokens": int, "latency_s": float, "reward": float, "created": float},
+            pk="key", if_not_exists=True,
+        )
+        db["learner_calls"].create(
+            {"key": str, "run_id": str, "step": int, "stage": str, "subject": str, "attempt": int,
+             "messages": str, "reply": str, "prompt_tokens": int, "completion_tokens": int, "valid": int,
+             "error": str, "created": float},
+            pk="key", if_not_exists=True,
+        )
+        db["versions"].create(
+            {"id": str, "parent": str, "run_id": str, "step": int, "created": float, "content": str,
+             "status": str, "config_hash": str, "evaluation": str},
+            pk="id", if_not_exists=True,
+        )
+        db["ops"].create(
+            {"run_id": str, "step": int, "seq": int, "stage": str, "version_id": str, "op": str, "accepted": int,
+             "reason": str},
+            pk=("run_id", "step", "stage", "seq"), if_not_exists=True,
+        )
+        db["steps"].create(
+            {"run_id": str, "step": int, "epoch": int, "batch": int, "version_before": str, "version_after": str,
+             "status": str, "tokens": str, "stats": str, "committed": float},
+            pk=("run_id", "step"), if_not_exists=True,
+        )
+        for table, cols in [("rollouts", ["run_id", "step"]), ("learner_calls", ["run_id", "step"])]:
+            db[table].create_index(cols, if_not_exists=True)
+        if "versions" in db.table_names() and db["versions"].count == 0:
+            self.put_version(EMPTY_LIBRARY, run_id="", status="promoted")
+
+    # --- runs -----------------------------------------------------------------------------------------------
+
+    def new_run(self, kind: str, config: dict[str, Any], model: str, dataset: str, version: str) -> str:
+        run_id = f"{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
+        now = time.time()
+        self.db["runs"].insert(
+            {"id": run_id, "kind": kind, "status": "running", "created": now, "updated": now,
+             "config": json.dumps(config, sort_keys=True), "config_hash": config_hash(config), "model": model,
+             "dataset": dataset, "current_version": version, "summary": "{}"}
+        )
+        return run_id
+
+    def run(self, run_id: str) -> dict[str, Any]:
+        matches = list(self.db["runs"].rows_where("id = ? or id like ?", [run_id, f"%{run_id}"]))
+        if len(matches) != 1:
+            raise UnknownRun(f"no run {run_id!r}" if not matches else f"{run_id!r} names {len(matches)} runs")
+        row = matches[0]
+        row["config"] = json.loads(row["config"])
+        row["summary"] = json.loads(row["summary"] or "{}")
+        return row
+
+    def runs(self) -> list[dict[str, Any]]:
+        return [
+            {**r, "summary": json.loads(r["summary"] or "{}")}
+            for r in self.db["runs"].rows_where(order_by="created desc")
+        ]
+
+    def finish_run(self, run_id: str, status: str, summary: dict[str, Any]) -> None:
+        self.db["runs"].update(run_id, {"status": status, "updated": time.time(), "summary": json.dumps(summary)})
+
+    # --- rollouts ---------------------------------------------------------------------------------------------
+
+    def put_rollouts(self, run_id: str, epoch: int, step: int, rollouts: list[Rollout]) -> None:
+        rows = [
+            {"key": rollout_key(run_id, step, r.problem_id, r.sample), "run_id": run_id, "epoch": epoch,
+             "step": step, "problem_id": r.problem_id, "sample": r.sample, "library_version": r.library_version,
+             "messages": json.dumps(r.messages), "completion": r.completion, "finish_reason": r.finish_reason,
+             "prompt_tokens": r.prompt_tokens, "completion_tokens": r.completion_tokens, "latency_s": r.latency_s,
+             "reward": r.reward, "created": time.time()}
+            for r in rollouts
+        ]
+        with self.db.atomic():
+            self.db["rollouts"].insert_all(rows, replace=True)
+
+    def rollouts(self, run_id: str, step: int | None = None) -> list[Rollout]:
+        where, args = ("run_id = ?", [run_id]) if step is None else ("run_id = ? and step = ?", [run_id, step])
+        return [
+            Rollout(
+                problem_id=r["problem_id"], sample=r["sample"], messages=json.loads(r["messages"]),
+                completion=r["completion"], finish_reason=r["finish_reason"], prompt_tokens=r["prompt_tokens"],
+                completion_tokens=r["completion_tokens"], latency_s=r["latency_s"], reward=r["reward"],
+                library_version=r["library_version"],
+            )
+            for r in self.db["rollouts"].rows_where(where, args, order_by="step, problem_id, sample")
+        ]
+
+    # --- learner calls ----------------------------------------------------------------------------------------
+
+    def learner_call(self, run_id: str, step: int, stage: str, subject: str, attempt: int) -> dict | None:
+        key = f"{run_id}/{step}/{stage}/{subject}/{attempt}"
+        rows = list(self.db["learner_calls"].rows_where("key = ?", [key]))
+        return rows[0] if rows else None
+
+    def put_learner_call(self, run_id: str, step: int, stage: str, subject: str, attempt: int, **fields: Any) -> None:
+        key = f"{run_id}/{step}/{stage}/{subject}/{attempt}"
+        row = {"key": key, "run_id": run_id, "step": step, "stage": stage, "subject": subject, "attempt": attempt,
+               "created": time.time(), **fields}
+        row["messages"] = json.dumps(row.get("messages", []))
+        with self.db.atomic():
+            self.db["learner_calls"].insert(row, replace=True)
+
+    # --- versions and steps -------------------------------------------------------------------------------------
+
+    def put_version(self, version: LibraryVersion, run_id: str, status: str, config_hash: str = "",
+                    evaluation: dict | None = None) -> None:
+        self.db["versions"].insert(
+            {"id": version.id, "parent": version.parent, "run_id": run_id, "step": version.step,
+             "created": time.time(), "content": version.canonical_bytes().decode(), "status": status,
+             "config_hash": config_hash, "evaluation": json.dumps(evaluation or {})},
+            replace=True,
+        )
+
+    def version(self, ref: str) -> LibraryVersion:
+        """A version by full id or unique prefix; `empty` is the empty library."""
+        if ref == "empty":
+            return EMPTY_LIBRARY
+        rows = list(self.db["versions"].rows_where("id like ?", [f"{ref}%"], select="id, content"))
+        if len(rows) != 1:
+            raise UnknownVersion(f"no library version {ref!r}" if not rows else f"{ref!r} names {len(rows)} versions")
+        return LibraryVersion.model_validate_json(rows[0]["content"])
+
+    def version_row(self, version_id: str) -> dict[str, Any]:
+        return self.db["versions"].get(version_id)
+
+    def versions(self, run_id: str | None = None) -> list[dict[str, Any]]:
+        where, args = ("run_id = ?", [run_id]) if run_id else (None, None)
+        return list(self.db["versions"].rows_where(where, args, order_by="created", select="id, parent, run_id, step, status, created"))
+
+    def commit_step(self, run_id: str, step: int, epoch: int, batch: int, before: LibraryVersion,
+                    after: LibraryVersion, verdicts: list[tuple[str, OpVerdict]], status: str, tokens: dict,
+                    stats: dict, version_status: str, cfg_hash: str, evaluation: dict | None = None) -> None:
+        """Everything a step decided, in one transaction: the new version, every op verdict, the step row and the
+        run's current version. A crash before COMMIT leaves the store exactly as the previous step left it."""
+        current = after.id if version_status == "promoted" else before.id
+        with self.db.atomic():
+            if after.id != before.id:
+                self.put_version(after, run_id, version_status, cfg_hash, evaluation)
+            self.db["ops"].insert_all(
+                [{"run_id": run_id, "step": step, "seq": seq, "stage": stage, "version_id": after.id,
+                  "op": v.op.model_dump_json() if hasattr(v.op, "model_dump_json") else json.dumps(v.op),
+                  "accepted": int(v.accepted), "reason": v.reason}
+                 for seq, (stage, v) in enumerate(verdicts)],
+                replace=True,
+            )
+            self.db["steps"].insert(
+                {"run_id": run_id, "step": step, "epoch": epoch, "batch": batch, "version_before": before.id,
+                 "version_after": current, "status": status, "tokens": json.dumps(tokens), "stats": json.dumps(stats),
+                 "committed": time.time()},
+                replace=True,
+            )
+            self.db["runs"].update(run_id, {"current_version": current, "updated": time.time()})
+
+    def steps(self, run_id: str) -> list[dict[str, Any]]:
+        return [
+            {**s, "tokens": json.loads(s["tokens"]), "stats": json.loads(s["stats"])}
+            for s in self.db["steps"].rows_where("run_id = ?", [run_id], order_by="step")
+        ]
+
+    def ops(self, run_id: str | None = None, version_id: str | None = None) -> Iterator[dict[str, Any]]:
+        where = " and ".join(c for c, v in [("run_id = ?", run_id), ("version_id = ?", version_id)] if v)
+        args = [v for v in (run_id, version_id) if v]
+        yield from self.db["ops"].rows_where(where or None, args or None, order_by="run_id, step, seq")
+
+    def usage(self, run_id: str) -> dict[str, dict[str, int]]:
+        """Prompt and completion tokens per stage, summed from every stored reply."""
+        totals: dict[str, dict[str, int]] = {}
+        for row in self.db.query(
+            "select case when problem_id like 'val/%' then 'validate' else 'rollout' end as stage, "
+            "sum(prompt_tokens) p, sum(completion_tokens) c from rollouts where run_id = ? group by 1 "
+            "union all select stage, sum(prompt_tokens), sum(completion_tokens) from learner_calls "
+            "where run_id = ? group by stage", [run_id, run_id]
+        ):
+            if row["p"] is not None:
+                totals[row["stage"]] = {"prompt": row["p"], "completion": row["c"]}
+        return totals

@@ -1,0 +1,86 @@
+"""Small deterministic fakes at the LLM-client seam. The real engines are exercised in the *_real tests."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import re
+from typing import Any, Callable
+
+from gym_tf.backends import Choice, Generation
+
+
+def _stage(prompt: str) -> str:
+    if prompt.startswith("A model attempted a problem"):
+        return "summarize"
+    if prompt.startswith(("Several attempts", "Every attempt")):
+        return "extract"
+    if prompt.startswith("You maintain a library"):
+        return "consolidate"
+    if prompt.startswith("Your reply could not be used"):
+        return "retry"
+    if prompt.startswith("You grade answers"):
+        return "judge"
+    return "solve"
+
+
+def default_learner(stage: str, prompt: str, attempt: int = 0) -> str:
+    """A well-behaved learner: one lesson per group, consolidation adds every proposal with its source."""
+    if stage == "summarize":
+        return "Set up the arithmetic, computed step by step, boxed the result."
+    if stage == "extract":
+        problem = re.search(r"Problem:\n(.*)\n", prompt).group(1)
+        tag = hashlib.sha256(problem.encode()).hexdigest()[:6]
+        return json.dumps({"operations": [{"op": "add", "text": f"Re-check each arithmetic step (lesson {tag})."}]})
+    if stage == "consolidate":
+        proposals = re.findall(r"^(\d+)\. \(from problem [^)]*\) (.*)$", prompt, re.MULTILINE)
+        ops = [{**json.loads(body), "sources": [int(n)]} for n, body in proposals]
+        return json.dumps({"operations": ops})
+    return "CORRECT"
+
+
+class ScriptedBackend:
+    """Answers solve prompts right or wrong by a hash of (problem, seed): deterministic and order-independent.
+
+    `answers` maps problem text to the gold answer; `skill` is the chance of a right answer.
+    """
+
+    model = "scripted"
+
+    def __init__(self, answers: dict[str, str], learner: Callable[[str, str, int], str] = default_learner,
+                 skill: float = 0.5, delay: float = 0.0):
+        self.answers = answers
+        self.learner = learner
+        self.skill = skill
+        self.delay = delay
+        self.calls: list[dict[str, Any]] = []
+
+    def describe(self) -> str:
+        return "scripted fake"
+
+    async def generate(self, messages, n=1, **sampling) -> Generation:
+        first = messages[0]
+        solve = first["role"] == "system"
+        stage = "solve" if solve else _stage(first["content"])
+        attempt = (len(messages) - 1) // 2  # learner retries append (assistant, user) pairs
+        choices = []
+        for i in range(n):
+            if self.delay:
+                await asyncio.sleep(self.delay)
+            if solve:
+                problem = messages[-1]["content"]
+                gold = self.answers[problem]
+                draw = int(hashlib.sha256(f"{problem}:{sampling.get('seed')}:{i}".encode()).hexdigest(), 16) % 1000
+                text = f"Work... so \\boxed{{{gold if draw < self.skill * 1000 else 'wrong'}}}"
+            else:
+                text = self.learner(stage, first["content"], attempt)
+            choices.append(Choice(text=text, finish_reason="stop", completion_tokens=len(text.split())))
+        prompt_tokens = sum(len(str(m["content"]).split()) for m in messages) * n
+        completion_tokens = sum(c.completion_tokens for c in choices)
+        self.calls.append({"stage": stage, "n": n, "attempt": attempt, "prompt_tokens": prompt_tokens,
+                           "completion_tokens": completion_tokens, "json_schema": sampling.get("json_schema") is not None})
+        return Generation(choices, prompt_tokens, completion_tokens, 0.0)
+
+    async def aclose(self) -> None:
+        pass

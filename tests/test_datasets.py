@@ -1,0 +1,83 @@
+import csv
+import json
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from gym_tf.datasets import load_dataset
+from gym_tf.errors import DatasetError
+
+
+def test_bundled_quickstart_loads():
+    problems = load_dataset("quickstart")
+    assert len(problems) == 40
+    assert problems[0].id == "qs-01" and problems[0].answer == "6"
+
+
+def test_jsonl_alternative_field_names(tmp_path):
+    path = tmp_path / "d.jsonl"
+    path.write_text(json.dumps({"question": "1+1?", "final_answer": 2}) + "\n\n" + json.dumps({"prompt": "2+2?", "solution": "4"}) + "\n")
+    problems = load_dataset(path)
+    assert [(p.id, p.problem, p.answer) for p in problems] == [("0", "1+1?", "2"), ("1", "2+2?", "4")]
+
+
+def test_field_mapping_and_extra_columns_kept(tmp_path):
+    path = tmp_path / "d.jsonl"
+    path.write_text(json.dumps({"q": "x?", "gold": "7", "level": 3}) + "\n")
+    [problem] = load_dataset(path, problem_field="q", answer_field="gold")
+    assert problem.answer == "7" and problem.row["level"] == 3
+
+
+def test_malformed_jsonl_names_the_line(tmp_path):
+    path = tmp_path / "bad.jsonl"
+    path.write_text('{"problem": "a", "answer": "1"}\n{"problem": "b", "answer": \n')
+    with pytest.raises(DatasetError, match=r"bad.jsonl:line 2: invalid JSON"):
+        load_dataset(path)
+
+
+def test_missing_answer_names_the_line_and_fields(tmp_path):
+    path = tmp_path / "d.jsonl"
+    path.write_text('{"problem": "a", "answer": "1"}\n{"problem": "b"}\n')
+    with pytest.raises(DatasetError, match=r"line 2: no answer field .*fields are \['problem'\]"):
+        load_dataset(path)
+    assert len(load_dataset(path, require_answer=False)) == 2
+
+
+def test_duplicate_ids_rejected(tmp_path):
+    path = tmp_path / "d.jsonl"
+    path.write_text('{"id": 1, "problem": "a", "answer": "1"}\n{"id": 1, "problem": "b", "answer": "2"}\n')
+    with pytest.raises(DatasetError, match="line 2: duplicate id '1'"):
+        load_dataset(path)
+
+
+def test_csv_and_parquet(tmp_path):
+    rows = [{"problem": "3*3?", "answer": "9"}, {"problem": "4*4?", "answer": "16"}]
+    with (tmp_path / "d.csv").open("w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=["problem", "answer"])
+        writer.writeheader()
+        writer.writerows(rows)
+    pq.write_table(pa.Table.from_pylist(rows), tmp_path / "d.parquet")
+    for name in ("d.csv", "d.parquet"):
+        assert [p.answer for p in load_dataset(tmp_path / name)] == ["9", "16"]
+
+
+def test_csv_row_with_extra_cells_names_line(tmp_path):
+    (tmp_path / "d.csv").write_text("problem,answer\n1+1?,2\n2+2?,4,oops\n")
+    with pytest.raises(DatasetError, match="line 3: more cells"):
+        load_dataset(tmp_path / "d.csv")
+
+
+def test_hf_datasets_directory(tmp_path):
+    datasets = pytest.importorskip("datasets")
+    datasets.Dataset.from_list([{"question": "5-2?", "answer": "3"}]).save_to_disk(str(tmp_path / "hf"))
+    [problem] = load_dataset(tmp_path / "hf")
+    assert problem.problem == "5-2?" and problem.answer == "3"
+
+
+def test_missing_file_and_unknown_format(tmp_path):
+    with pytest.raises(DatasetError, match="no such dataset"):
+        load_dataset(tmp_path / "nope.jsonl")
+    (tmp_path / "d.txt").write_text("x")
+    with pytest.raises(DatasetError, match="unknown dataset format"):
+        load_dataset(tmp_path / "d.txt")

@@ -1,0 +1,86 @@
+import pytest
+from pydantic import ValidationError
+
+from gym_tf.library import (
+    EMPTY_LIBRARY, LIBRARY_HEADER, AddOp, DeleteOp, MergeOp, NoneOp, OpAdapter, Provenance, UpdateOp, apply_ops,
+    render_library, with_library,
+)
+
+
+def add(text):
+    return AddOp(op="add", text=text)
+
+
+def test_ids_are_stable_and_never_reused():
+    v1, _ = apply_ops(EMPTY_LIBRARY, [add("First lesson here."), add("Second lesson here.")], step=1)
+    v2, _ = apply_ops(v1, [DeleteOp(op="delete", id="E1"), add("Third lesson here.")], step=2)
+    assert [i.id for i in v1.items] == ["E1", "E2"]
+    assert [i.id for i in v2.items] == ["E2", "E3"]  # E1 is gone for good; E2 keeps its id
+    assert v2.parent == v1.id and v1.parent == EMPTY_LIBRARY.id
+
+
+def test_versions_are_immutable_values_with_content_ids():
+    v1, _ = apply_ops(EMPTY_LIBRARY, [add("First lesson here.")], step=1)
+    again, _ = apply_ops(EMPTY_LIBRARY, [add("First lesson here.")], step=1)
+    assert v1.id == again.id and len(v1.id) == 64
+    v2, _ = apply_ops(v1, [UpdateOp(op="update", id="E1", text="Better first lesson.")], step=2)
+    assert v1.items[0].text == "First lesson here." and v2.items[0].text == "Better first lesson."
+    with pytest.raises(ValidationError):
+        v1.items[0].text = "mutated"
+
+
+def test_unknown_ids_and_duplicates_are_rejected_with_reasons():
+    v1, _ = apply_ops(EMPTY_LIBRARY, [add("First lesson here.")], step=1)
+    ops = [UpdateOp(op="update", id="E9", text="Does not exist."), DeleteOp(op="delete", id="E7"),
+           MergeOp(op="merge", ids=("E1", "E5"), text="Merged lesson text."), add("first  LESSON here."),
+           add("A genuinely new lesson.")]
+    v2, verdicts = apply_ops(v1, ops, step=2)
+    assert [(v.accepted, v.reason) for v in verdicts] == [
+        (False, "unknown id E9"), (False, "unknown id E7"), (False, "unknown id E5"),
+        (False, "duplicates an existing item"), (True, ""),
+    ]
+    assert [i.text for i in v2.items] == ["First lesson here.", "A genuinely new lesson."]
+
+
+def test_merge_keeps_the_oldest_id_and_provenance_is_recorded():
+    v1, _ = apply_ops(EMPTY_LIBRARY, [add("Lesson number one."), add("Lesson number two."), add("Lesson number three.")], 1)
+    origin = Provenance(step=0, op="", problem_ids=("p1",), rollout_ids=("r/1", "r/2"))
+    v2, verdicts = apply_ops(v1, [MergeOp(op="merge", ids=("E3", "E1"), text="One and three together.")], 2, {0: origin})
+    assert verdicts[0].accepted
+    assert [i.id for i in v2.items] == ["E1", "E2"]
+    merged = v2.get("E1")
+    assert merged.text == "One and three together."
+    assert merged.provenance == Provenance(step=2, op="merge", problem_ids=("p1",), rollout_ids=("r/1", "r/2"))
+
+
+def test_op_schema_is_strict():
+    assert isinstance(OpAdapter.validate_python({"op": "none"}), NoneOp)
+    for bad in [{"op": "add"}, {"op": "add", "text": "short"}, {"op": "update", "text": "No id given here."},
+                {"op": "merge", "ids": ["E1"], "text": "Only one id to merge."}, {"op": "rename", "id": "E1"},
+                {"op": "add", "text": "Fine text here.", "extra": 1}]:
+        with pytest.raises(ValidationError):
+            OpAdapter.validate_python(bad)
+
+
+def test_render_library_budget_keeps_oldest_items():
+    v1, _ = apply_ops(EMPTY_LIBRARY, [add(f"Lesson {n} says something useful.") for n in range(1, 6)], step=1)
+    full = render_library(v1)
+    assert full.splitlines()[0] == LIBRARY_HEADER
+    assert full.splitlines()[1] == "[E1] Lesson 1 says something useful."
+    capped = render_library(v1, max_tokens=40)
+    kept = capped.splitlines()[1:]
+    assert 0 < len(kept) < 5 and kept == full.splitlines()[1 : 1 + len(kept)]
+    assert render_library(EMPTY_LIBRARY) == ""
+
+
+def test_with_library_merges_into_the_system_message_first():
+    text = "LIB"
+    assert with_library([{"role": "user", "content": "q"}], text) == [
+        {"role": "system", "content": "LIB"}, {"role": "user", "content": "q"}]
+    merged = with_library([{"role": "system", "content": "Be brief."}, {"role": "user", "content": "q"}], text)
+    assert merged[0] == {"role": "system", "content": "LIB\n\nBe brief."} and len(merged) == 2
+    parts = with_library([{"role": "system", "content": [{"type": "text", "text": "x"}]}], text)
+    assert parts[0]["content"][0] == {"type": "text", "text": "LIB\n\n"}
+    original = [{"role": "system", "content": "Be brief."}]
+    with_library(original, text)
+    assert original == [{"role": "system", "content": "Be brief."}]

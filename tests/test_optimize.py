@@ -1,0 +1,196 @@
+"""The optimize loop against the scripted fake: what it learns, records, skips, rejects and resumes."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from crash_run import CONFIG, scripted
+from fakes import ScriptedBackend, default_learner
+from gym_tf.config import OptimizeConfig
+from gym_tf.library_io import diff_versions
+from gym_tf.optimize import Optimizer, resume_config
+from gym_tf.store import RunStore
+
+SMALL = OptimizeConfig(dataset="quickstart", limit=8, batch_size=4, group_size=4, epochs=2, seed=3)
+
+
+async def run(store, backend, config=SMALL, **kwargs):
+    optimizer = Optimizer(config, store, backend, **kwargs)
+    return optimizer, await optimizer.run()
+
+
+async def test_loop_learns_records_and_keeps_provenance(store, scripted):
+    optimizer, result = await run(store, scripted)
+    assert result.status == "finished"
+    steps = store.steps(result.run_id)
+    assert [s["step"] for s in steps] == [1, 2, 3, 4]
+    assert len(result.library.items) > 0
+    assert store.run(result.run_id)["current_version"] == result.library.id
+    assert len(store.rollouts(result.run_id)) == 8 * 4 * 2
+    rollout_keys = {r["key"] for r in store.db["rollouts"].rows}
+    for item in result.library.items:
+        assert item.provenance.problem_ids and set(item.provenance.rollout_ids) <= rollout_keys
+    # every accepted op of every step is recorded with the version it produced
+    applied = [o for o in store.ops(result.run_id) if o["accepted"]]
+    assert len(applied) == result.progress.ops_applied > 0
+    # the learner asked for the ops schema (constrained decoding where the backend supports it)
+    assert all(c["json_schema"] for c in scripted.calls if c["stage"] in ("extract", "consolidate"))
+
+
+async def test_learner_calls_match_the_reference_design(store, scripted):
+    _, result = await run(store, scripted, SMALL.model_copy(update={"epochs": 1}))
+    by_stage = {}
+    for call in scripted.calls:
+        by_stage[call["stage"]] = by_stage.get(call["stage"], 0) + 1
+    used = result.progress.groups_used
+    assert by_stage["summarize"] == used * SMALL.group_size
+    assert by_stage["extract"] == used
+    assert by_stage["consolidate"] == 2  # one per step
+
+
+async def test_homogeneous_groups_cost_no_learner_calls(store, quickstart):
+    perfect = ScriptedBackend({p.problem: p.answer for p in quickstart}, skill=1.0)
+    _, result = await run(store, perfect)
+    assert result.progress.groups_skipped == 16 and result.progress.groups_used == 0
+    assert {c["stage"] for c in perfect.calls} == {"solve"}
+    assert result.library.items == ()
+
+
+async def test_hard_groups_learn_from_the_reference_answer(store, quickstart):
+    hopeless = ScriptedBackend({p.problem: p.answer for p in quickstart}, skill=0.0)
+    _, result = await run(store, hopeless, SMALL.model_copy(update={"hard_groups": "reference", "epochs": 1}))
+    assert result.progress.groups_used == 8 and result.library.items
+    prompts = [r["messages"] for r in store.db["learner_calls"].rows_where("stage = 'extract'")]
+    assert all("Every attempt at this problem failed" in p for p in prompts)
+
+
+async def test_token_totals_equal_the_backend_reported_usage(store, scripted):
+    _, result = await run(store, scripted)
+    usage = store.usage(result.run_id)
+    stored = sum(u["prompt"] + u["completion"] for u in usage.values())
+    reported = sum(c["prompt_tokens"] + c["completion_tokens"] for c in scripted.calls)
+    assert stored == reported == result.progress.tokens
+    assert set(usage) == {"rollout", "summarize", "extract", "consolidate"}
+
+
+async def test_garbage_learner_yields_no_version_and_an_audit(store, quickstart):
+    garbage = ScriptedBackend({p.problem: p.answer for p in quickstart}, learner=lambda stage, prompt, attempt: "lol {")
+    _, result = await run(store, garbage, SMALL.model_copy(update={"epochs": 1}))
+    assert result.library.items == ()
+    assert [v["step"] for v in store.versions(result.run_id)] == []  # no corrupt version written
+    rejected = [o for o in store.ops(result.run_id) if not o["accepted"]]
+    assert rejected and all("Invalid JSON" in o["reason"] for o in rejected)
+    attempts = [c for c in garbage.calls if c["stage"] == "extract"]
+    assert max(c["attempt"] for c in attempts) == SMALL.max_attempts - 1
+    invalid = list(store.db["learner_calls"].rows_where("stage = 'extract' and valid = 0"))
+    assert len(invalid) == len(attempts)
+
+
+async def test_retry_shows_the_error_and_then_applies(store, quickstart):
+    def flaky(stage, prompt, attempt):
+        if stage == "extract" and attempt == 0:
+            return '{"operations": [{"op": "add"}]}'
+        return default_learner(stage, prompt, attempt)
+
+    backend = ScriptedBackend({p.problem: p.answer for p in quickstart}, learner=flaky)
+    _, result = await run(store, backend, SMALL.model_copy(update={"epochs": 1}))
+    assert result.library.items
+    retry = next(json.loads(r["messages"]) for r in store.db["learner_calls"].rows_where("attempt = 1"))
+    assert "Field required at operations.0.add.text" in retry[-1]["content"]
+
+
+async def test_unknown_ids_are_rejected_and_recorded(store, quickstart):
+    def sloppy(stage, prompt, attempt):
+        if stage == "consolidate":
+            return json.dumps({"operations": [{"op": "update", "id": "E99", "text": "Improve something here."},
+                                              {"op": "add", "text": "Always verify the final arithmetic.", "sources": [1]}]})
+        return default_learner(stage, prompt, attempt)
+
+    backend = ScriptedBackend({p.problem: p.answer for p in quickstart}, learner=sloppy)
+    _, result = await run(store, backend, SMALL.model_copy(update={"epochs": 1, "batch_size": 8}))
+    ops = list(store.ops(result.run_id))
+    assert [(json.loads(o["op"])["op"], o["accepted"], o["reason"]) for o in ops] == [
+        ("update", 0, "unknown id E99"), ("add", 1, "")]
+    assert [i.text for i in result.library.items] == ["Always verify the final arithmetic."]
+
+
+async def test_library_diff_shows_exactly_the_ops_applied(store, scripted):
+    _, result = await run(store, scripted)
+    first = store.version("empty")
+    diff = diff_versions(store, first, result.library)
+    applied = [json.loads(o["op"]) for o in store.ops(result.run_id) if o["accepted"] and o["stage"] == "apply"]
+    assert diff.ops == applied
+    assert {i["id"] for i in diff.added} == {i.id for i in result.library.items}
+
+
+async def test_budget_stops_cleanly_with_everything_committed(store, scripted):
+    _, result = await run(store, scripted, SMALL.model_copy(update={"max_tokens": 1500}))
+    assert result.status == "budget"
+    record = store.run(result.run_id)
+    assert record["status"] == "budget"
+    committed = store.steps(result.run_id)
+    assert len(committed) < 4
+    assert record["current_version"] == (result.library.id if committed else store.version("empty").id)
+
+
+async def test_validation_gate_rejects_a_worse_library(store, quickstart):
+    class Worse(ScriptedBackend):
+        """Answers get worse once any library is in the prompt."""
+
+        async def generate(self, messages, n=1, **sampling):
+            self.skill = 0.1 if "Experiences learned" in str(messages[0]["content"]) else 0.8
+            return await super().generate(messages, n, **sampling)
+
+    backend = Worse({p.problem: p.answer for p in quickstart})
+    config = SMALL.model_copy(update={"epochs": 1, "val_dataset": "quickstart", "val_samples": 4})
+    _, result = await run(store, backend, config)
+    statuses = [v["status"] for v in store.versions(result.run_id)]
+    assert statuses and set(statuses) == {"rejected"}
+    assert result.library.items == ()
+    assert "validate" in store.usage(result.run_id)
+
+
+def _outcome(store, run_id):
+    run = store.run(run_id)
+    library = store.version(run["current_version"])
+    rollouts = sorted((r.problem_id, r.sample, r.completion, r.reward) for r in store.rollouts(run_id))
+    return [(i.id, i.text, i.provenance.problem_ids) for i in library.items], rollouts
+
+
+@pytest.mark.parametrize("kill_after_rows", [5, 40, 90])
+async def test_kill_9_then_resume_matches_an_uninterrupted_run(tmp_path, kill_after_rows):
+    clean_store = RunStore(tmp_path / "clean")
+    clean = Optimizer(CONFIG, clean_store, scripted())
+    await clean.run()
+
+    crash_dir = tmp_path / "crash"
+    child = subprocess.Popen([sys.executable, str(Path(__file__).parent / "crash_run.py"), str(crash_dir), "0.01"],
+                             stdout=subprocess.PIPE, text=True)
+    run_id = child.stdout.readline().strip()
+    crash_store = RunStore(crash_dir)
+    deadline = time.time() + 60
+    while time.time() < deadline and child.poll() is None:
+        rows = crash_store.db["rollouts"].count + crash_store.db["learner_calls"].count
+        if rows >= kill_after_rows:
+            break
+        time.sleep(0.01)
+    os.kill(child.pid, signal.SIGKILL)
+    child.wait()
+    stored_before = {r["key"]: r["completion"] for r in crash_store.db["rollouts"].rows}
+    assert len(crash_store.steps(run_id)) < 6, "the child finished before it was killed"
+
+    run_id, config = resume_config(crash_store, run_id)
+    backend = scripted()
+    result = await Optimizer(config, crash_store, backend, run_id=run_id).run()
+    assert result.status == "finished"
+    # nothing stored before the crash was sampled again, nothing was lost or duplicated
+    resampled = [c for c in backend.calls if c["stage"] == "solve"]
+    assert len(resampled) == 12 * 2 - len({k.rsplit("/", 1)[0] for k in stored_before})
+    assert crash_store.db["rollouts"].count == 12 * 4 * 2
+    assert _outcome(crash_store, run_id) == _outcome(clean_store, clean.run_id)
