@@ -260,6 +260,54 @@ def library_import(path: Path, workspace: Workspace = None) -> None:
     console.print(f"imported {lib.id}")
 
 
+@library_app.command("promote")
+@fails_cleanly
+def library_promote(version: str, workspace: Workspace = None) -> None:
+    """Make VERSION the library `gym-tf serve` answers with; running servers switch without a restart."""
+    store = RunStore(workspace)
+    lib = resolve_library(store, version)
+    store.promote(lib.id)
+    console.print(f"serving {lib.id}")
+
+
+@app.command()
+@fails_cleanly
+def serve(
+    upstream: Annotated[Optional[str], typer.Option(help="OpenAI-compatible upstream (.../v1); none: the embedded model")] = None,
+    model: Annotated[Optional[str], typer.Option(help="the upstream's model name (default: the first it serves)")] = None,
+    upstream_api_key: Annotated[Optional[str], typer.Option(envvar="GYM_TF_UPSTREAM_API_KEY", help="key for the upstream")] = None,
+    model_file: ModelFile = None,
+    library: Annotated[Optional[str], typer.Option(help="version id, `latest`, or a library file to serve")] = None,
+    api_key: Annotated[Optional[list[str]], typer.Option(help="accepted client key (repeatable); env GYM_TF_SERVER_API_KEYS, comma-separated")] = None,
+    max_library_tokens: Annotated[Optional[int], typer.Option(help="cap on the rendered library (as in optimize)")] = 1024,
+    max_body_bytes: int = 4 * 1024 * 1024,
+    timeout: Timeout = 600.0,
+    host: str = "127.0.0.1",
+    port: int = 8000,
+    workspace: Workspace = None,
+) -> None:
+    """A drop-in OpenAI-compatible endpoint that puts the learned library into every prompt."""
+    import os
+
+    import uvicorn
+
+    from server import ServerConfig, create_app
+    from server.upstream import Upstream, start_embedded
+
+    store = RunStore(workspace)
+    if library:
+        lib = resolve_library(store, library)
+        if Path(library).is_file():
+            store.put_version(lib, run_id="", status="imported")
+        store.promote(lib.id)
+    keys = list(api_key or []) + [k for k in os.environ.get("GYM_TF_SERVER_API_KEYS", "").split(",") if k]
+    target = Upstream(upstream, model, upstream_api_key, timeout) if upstream else start_embedded(model_file)[0]
+    app_ = create_app(target, store, ServerConfig(api_keys=keys, max_body_bytes=max_body_bytes,
+                                                  max_library_tokens=max_library_tokens))
+    err.print(f"serving {target.model} from {target.base_url} on http://{host}:{port}/v1", highlight=False)
+    uvicorn.run(app_, host=host, port=port, log_level="warning")
+
+
 def main() -> None:  # pragma: no cover - `python -m gym_tf`
     app(prog_name="gym-tf")
 

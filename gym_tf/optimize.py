@@ -66,6 +66,7 @@ class Optimizer:
         self.learner_backend = learner_backend or backend
         self.on_progress = on_progress or (lambda p: None)
         self.progress = Progress()
+        self.val_baseline: float | None = None  # validation mean of the starting library, when gated
         self.problems = load_dataset(config.dataset, config.problem_field, config.answer_field,
                                      require_answer=config.reward not in ANSWER_FREE, limit=config.limit)
         self.val_problems = (
@@ -96,6 +97,7 @@ class Optimizer:
         status = "finished"
         try:
             best_scores = await self._validate(library, step=0) if self.val_problems else None
+            self.val_baseline = self.progress.last_val
             step = 0
             for epoch in range(cfg.epochs):
                 for batch_index, batch in enumerate(self._batches(epoch)):
@@ -107,8 +109,9 @@ class Optimizer:
         except BudgetExhausted as stop:
             status = "budget"
             self.progress.notes.append(str(stop))
-        summary = {"steps": self.progress.step, "library_items": len(library.items), "tokens": self.store.usage(self.run_id),
-                   "groups_used": self.progress.groups_used, "groups_skipped": self.progress.groups_skipped}
+        summary = {"steps": self.progress.step, "library_items": len(library.items), "val_baseline": self.val_baseline,
+                   "tokens": self.store.usage(self.run_id), "groups_used": self.progress.groups_used,
+                   "groups_skipped": self.progress.groups_skipped}
         self.store.finish_run(self.run_id, status, summary)
         return RunResult(self.run_id, status, library, self.progress)
 
@@ -187,7 +190,8 @@ class Optimizer:
         self._count_tokens()
         stats = {"groups_used": len(learn_from), "groups_skipped": len(batch) - len(learn_from),
                  "mean_reward": _mean(r.reward for g in groups.values() for r in g),
-                 "ops_applied": sum(v.accepted for v in verdicts), "ops_rejected": sum(not v.accepted for _, v in all_verdicts)}
+                 "ops_applied": sum(v.accepted for v in verdicts), "ops_rejected": sum(not v.accepted for _, v in all_verdicts),
+                 "val_mean": evaluation["val_mean"] if evaluation else None}
         self.store.commit_step(self.run_id, step, epoch, batch_index, library, candidate, all_verdicts, status,
                                self.store.usage(self.run_id), stats, status, self.cfg_hash, evaluation)
         new_library = candidate if status == "promoted" else library

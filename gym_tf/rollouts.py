@@ -52,9 +52,11 @@ async def score(reward: Callable[..., Any], problem: Problem, completions: list[
     """Run a reward (sync or async) over one group; the dataset row's columns become keyword arguments."""
     columns = {**problem.row, "problem": problem.problem, "answer": problem.answer}
     try:
-        result = reward(completions, **columns)
-        if inspect.isawaitable(result):
-            result = await result
+        if inspect.iscoroutinefunction(reward) or inspect.iscoroutinefunction(getattr(reward, "__call__", None)):
+            result = await reward(completions, **columns)
+        else:
+            # In a worker thread, so that verifying one group (sympy can take a while) overlaps the next generation.
+            result = await asyncio.to_thread(reward, completions, **columns)
     except TypeError as exc:
         raise RewardError(f"reward {getattr(reward, '__name__', reward)!r} failed on problem {problem.id}: {exc}") from None
     scores = list(result)

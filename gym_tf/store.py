@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import sqlite3
 import time
 import uuid
 from pathlib import Path
@@ -37,12 +38,14 @@ def rollout_key(run_id: str, step: int, problem_id: str, sample: int) -> str:
 
 class RunStore:
     def __init__(self, workspace: str | Path | None = None, memory: bool = False):
+        self.root: Path | None = None
         if memory:
             self.db = Database(memory=True)
         else:
-            root = workspace_path(workspace)
-            root.mkdir(parents=True, exist_ok=True)
-            self.db = Database(root / "gym-tf.db")
+            self.root = workspace_path(workspace)
+            self.root.mkdir(parents=True, exist_ok=True)
+            # One connection, used by one thread at a time (the CLI's, or the server's event loop thread).
+            self.db = Database(sqlite3.connect(self.root / "gym-tf.db", check_same_thread=False))
             self.db.enable_wal()
             self.db.execute("PRAGMA synchronous=NORMAL")
         self._create()
@@ -81,6 +84,7 @@ class RunStore:
              "status": str, "tokens": str, "stats": str, "committed": float},
             pk=("run_id", "step"), if_not_exists=True,
         )
+        db["serving"].create({"name": str, "version_id": str, "updated": float}, pk="name", if_not_exists=True)
         for table, cols in [("rollouts", ["run_id", "step"]), ("learner_calls", ["run_id", "step"])]:
             db[table].create_index(cols, if_not_exists=True)
         if "versions" in db.table_names() and db["versions"].count == 0:
@@ -207,6 +211,15 @@ class RunStore:
                 replace=True,
             )
             self.db["runs"].update(run_id, {"current_version": current, "updated": time.time()})
+
+    def promote(self, version_id: str, name: str = "default") -> None:
+        """Make a version the one `gym-tf serve` answers with (read per request: no restart needed)."""
+        self.version(version_id)  # must exist
+        self.db["serving"].insert({"name": name, "version_id": version_id, "updated": time.time()}, replace=True)
+
+    def served_version_id(self, name: str = "default") -> str | None:
+        rows = list(self.db.query("select version_id from serving where name = ?", [name]))
+        return rows[0]["version_id"] if rows else None
 
     def steps(self, run_id: str) -> list[dict[str, Any]]:
         return [

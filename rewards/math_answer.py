@@ -2,9 +2,21 @@
 
 from __future__ import annotations
 
+import logging
 import threading
 
 from math_verify import parse, verify
+
+
+class _ThreadTimeoutNotice(logging.Filter):
+    """math-verify warns on every call made with its signal timeouts off; off is deliberate here (worker threads)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "Timeout is disabled" not in record.getMessage()
+
+
+for _name in ("math_verify.parser", "math_verify.grader"):
+    logging.getLogger(_name).addFilter(_ThreadTimeoutNotice())
 
 
 def math_reward(completions: list[str], answer: str, **_: object) -> list[float | None]:

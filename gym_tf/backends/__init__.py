@@ -33,6 +33,9 @@ class BackendConfig(BaseModel):
     timeout_s: float = Field(600.0, gt=0, description="per-request timeout in seconds")
     max_retries: int = Field(3, ge=0, description="retries with backoff on connection errors, 429 and 5xx")
     n_ctx: int = Field(4096, ge=256, description="context length for in-process engines")
+    gpu_memory_utilization: float | None = Field(
+        None, gt=0, le=1, description="vllm: share of GPU memory (host memory on CPU builds) to reserve; vLLM's default if unset"
+    )
 
     @model_validator(mode="after")
     def _check(self) -> "BackendConfig":
@@ -71,5 +74,6 @@ async def make_backend(config: BackendConfig) -> Backend:
     if kind == "vllm":
         from gym_tf.backends.vllm_local import VLLMBackend
 
-        return VLLMBackend(config.model or "", max_model_len=config.n_ctx)
+        extra = {"gpu_memory_utilization": config.gpu_memory_utilization} if config.gpu_memory_utilization else {}
+        return VLLMBackend(config.model or "", max_model_len=config.n_ctx, **extra)
     raise ConfigError(f"unknown backend {kind!r}")

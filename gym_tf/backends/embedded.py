@@ -85,38 +85,36 @@ class EmbeddedBackend:
     async def generate(self, messages: Messages, n: int = 1, **sampling: Any) -> Generation:
         params = Sampling(**sampling)
         start = time.perf_counter()
-        choices, prompt_tokens = [], 0
-        for i in range(n):
-            reply = await asyncio.to_thread(self._complete, messages, params, i)
-            usage = reply["usage"]
-            prompt_tokens += usage["prompt_tokens"]
-            choice = reply["choices"][0]
-            choices.append(
-                Choice(
-                    text=choice["message"]["content"] or "",
-                    finish_reason=choice["finish_reason"],
-                    completion_tokens=usage["completion_tokens"],
-                )
+        replies = await asyncio.to_thread(self._complete_group, messages, params, n)
+        choices = [
+            Choice(
+                text=reply["choices"][0]["message"]["content"] or "",
+                finish_reason=reply["choices"][0]["finish_reason"],
+                completion_tokens=reply["usage"]["completion_tokens"],
             )
+            for reply in replies
+        ]
         return Generation(
             choices=choices,
-            prompt_tokens=prompt_tokens,
+            prompt_tokens=sum(reply["usage"]["prompt_tokens"] for reply in replies),
             completion_tokens=sum(c.completion_tokens for c in choices),
             latency_s=time.perf_counter() - start,
         )
 
-    def _complete(self, messages: Messages, params: Sampling, offset: int) -> dict[str, Any]:
+    def _complete_group(self, messages: Messages, params: Sampling, n: int) -> list[dict[str, Any]]:
+        """The group's samples back to back under one lock: llama.cpp reuses the prompt's KV cache between them,
+        which interleaving with other groups would throw away (measured in benchmarks/rollout_throughput.py)."""
         kwargs: dict[str, Any] = dict(
             messages=messages, temperature=params.temperature, top_p=params.top_p, max_tokens=params.max_tokens
         )
-        # A fixed seed per sample keeps runs reproducible; without one llama.cpp would reuse its context seed.
-        kwargs["seed"] = (params.seed if params.seed is not None else 0) + offset
         if params.stop:
             kwargs["stop"] = list(params.stop)
         if params.json_schema is not None:
             kwargs["response_format"] = {"type": "json_object", "schema": params.json_schema}
+        # A fixed seed per sample keeps runs reproducible; without one llama.cpp would reuse its context seed.
+        seed = params.seed if params.seed is not None else 0
         with self._lock:
-            return self.llama.create_chat_completion(**kwargs)
+            return [self.llama.create_chat_completion(**kwargs, seed=seed + i) for i in range(n)]
 
     async def aclose(self) -> None:
         self.llama.close()

@@ -1,0 +1,160 @@
+"""Rollout throughput: gym-tf's rollout engine versus a plain client on the same backend, in the same run.
+
+    python benchmarks/rollout_throughput.py                 # embedded model and llama-cpp-python's server
+    python benchmarks/rollout_throughput.py --only embedded
+
+Each arm runs the same prompts with the same seeds and token limit; throughput is completion tokens per second.
+The ratio that matters: gym-tf / best plain client at the same concurrency (target >= 0.95: the backend is the
+limit, not gym-tf). Arms run in alternating order, several times, and the best of each is kept, against machine noise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import openai
+from rich.console import Console
+from rich.table import Table
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+
+from gym_tf.backends import Sampling  # noqa: E402
+from gym_tf.backends.embedded import EmbeddedBackend, default_model_path  # noqa: E402
+from gym_tf.backends.openai_http import OpenAIBackend  # noqa: E402
+from gym_tf.datasets import load_dataset  # noqa: E402
+from gym_tf.rollouts import build_messages, group_seed, rollout_many  # noqa: E402
+from rewards import math_reward  # noqa: E402
+
+console = Console()
+
+
+def workload(problems: int):
+    return load_dataset("quickstart", limit=problems)
+
+
+async def gym_tf_arm(backend, problems, group, max_tokens) -> tuple[int, float]:
+    start = time.perf_counter()
+    groups = await rollout_many(backend, problems, "", group, Sampling(temperature=0.7, max_tokens=max_tokens),
+                                math_reward, seed=0)
+    elapsed = time.perf_counter() - start
+    return sum(r.completion_tokens for g in groups.values() for r in g), elapsed
+
+
+def plain_llama_arm(llama, problems, group, max_tokens) -> tuple[int, float]:
+    """What a user would write by hand: a loop over problems and samples, calling llama.cpp directly."""
+    start, tokens = time.perf_counter(), 0
+    for problem in problems:
+        seed = group_seed(0, "", problem.id)
+        for i in range(group):
+            reply = llama.create_chat_completion(messages=build_messages(problem, ""), temperature=0.7, top_p=1.0,
+                                                 max_tokens=max_tokens, seed=seed + i)
+            tokens += reply["usage"]["completion_tokens"]
+    return tokens, time.perf_counter() - start
+
+
+async def plain_http_arm(base_url, model, problems, group, max_tokens, concurrency) -> tuple[int, float]:
+    """The official client, one request per sample, `concurrency` in flight (1 = a sequential loop)."""
+    client = openai.AsyncOpenAI(base_url=base_url, api_key="EMPTY")
+    slots = asyncio.Semaphore(concurrency)
+
+    async def one(problem, i):
+        async with slots:
+            reply = await client.chat.completions.create(
+                model=model, messages=build_messages(problem, ""), temperature=0.7, top_p=1.0, max_tokens=max_tokens,
+                seed=group_seed(0, "", problem.id) + i)
+            return reply.usage.completion_tokens
+
+    start = time.perf_counter()
+    tokens = sum(await asyncio.gather(*(one(p, i) for p in problems for i in range(group))))
+    elapsed = time.perf_counter() - start
+    await client.close()
+    return tokens, elapsed
+
+
+def report(title: str, results: dict[str, tuple[int, float]], baseline: str, ours: str) -> None:
+    table = Table(title=title)
+    for column in ("arm", "tokens", "seconds", "tokens/s", "ratio to best plain"):
+        table.add_column(column)
+    best = max(t / s for name, (t, s) in results.items() if name != ours)
+    for name, (tokens, seconds) in results.items():
+        table.add_row(name, str(tokens), f"{seconds:.1f}", f"{tokens / seconds:.1f}", f"{tokens / seconds / best:.3f}")
+    console.print(table)
+    ratio = (results[ours][0] / results[ours][1]) / best
+    console.print(f"{title}: gym-tf / best plain client = {ratio:.3f} (target >= 0.95)")
+
+
+def keep_best(results, name, value):
+    if name not in results or value[0] / value[1] > results[name][0] / results[name][1]:
+        results[name] = value
+
+
+def bench_embedded(args) -> None:
+    problems = workload(args.problems)
+    backend = EmbeddedBackend()
+    results: dict[str, tuple[int, float]] = {}
+    arms = [
+        ("plain llama.cpp loop", lambda: plain_llama_arm(backend.llama, problems, args.group, args.max_tokens)),
+        ("gym-tf engine", lambda: asyncio.run(gym_tf_arm(backend, problems, args.group, args.max_tokens))),
+    ]
+    for repeat in range(args.repeats):
+        for name, arm in arms if repeat % 2 == 0 else arms[::-1]:
+            keep_best(results, name, arm())
+    report("embedded (llama.cpp in-process)", results, "plain llama.cpp loop", "gym-tf engine")
+
+
+def bench_server(args) -> None:
+    port = 8765
+    server = subprocess.Popen(
+        [sys.executable, "-m", "llama_cpp.server", "--model", str(default_model_path()), "--host", "127.0.0.1",
+         "--port", str(port), "--model_alias", "m"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        url = f"http://127.0.0.1:{port}/v1"
+        import httpx
+
+        for _ in range(120):
+            try:
+                httpx.get(f"{url}/models", timeout=1)
+                break
+            except httpx.HTTPError:
+                time.sleep(0.5)
+        problems = workload(args.problems)
+        results: dict[str, tuple[int, float]] = {}
+        for _ in range(args.repeats):
+            keep_best(results, "plain client, sequential",
+                      asyncio.run(plain_http_arm(url, "m", problems, args.group, args.max_tokens, 1)))
+            keep_best(results, f"plain client, {args.concurrency} in flight",
+                      asyncio.run(plain_http_arm(url, "m", problems, args.group, args.max_tokens, args.concurrency)))
+
+            async def ours():
+                backend = OpenAIBackend(url, "m", concurrency=args.concurrency)
+                try:
+                    return await gym_tf_arm(backend, problems, args.group, args.max_tokens)
+                finally:
+                    await backend.aclose()
+
+            keep_best(results, "gym-tf engine", asyncio.run(ours()))
+        report("OpenAI-compatible server (llama-cpp-python on loopback)", results, "plain client, sequential",
+               "gym-tf engine")
+    finally:
+        server.terminate()
+        server.wait()
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--problems", type=int, default=3)
+    parser.add_argument("--group", type=int, default=2)
+    parser.add_argument("--max-tokens", type=int, default=48)
+    parser.add_argument("--concurrency", type=int, default=4)
+    parser.add_argument("--repeats", type=int, default=4)
+    parser.add_argument("--only", choices=["embedded", "server"])
+    args = parser.parse_args()
+    if args.only != "server":
+        bench_embedded(args)
+    if args.only != "embedded":
+        bench_server(args)

@@ -1,0 +1,226 @@
+"""The FastAPI app: thin routes over the proxy, the library registry, auth, limits, health and metrics."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hmac
+import json
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+from gym_tf.errors import UnknownVersion
+from gym_tf.library import EMPTY_LIBRARY, LibraryVersion, render_library, with_library
+from gym_tf.store import RunStore
+from server import proxy
+from server.errors import OpenAIError
+from server.upstream import Upstream
+
+LIBRARY_HEADER = "x-gym-tf-library"           # request: pin a version
+VERSION_HEADER = "x-gym-tf-library-version"   # response: the version that answered
+
+
+@dataclass
+class ServerConfig:
+    api_keys: list[str] = field(default_factory=list)
+    max_body_bytes: int = 4 * 1024 * 1024
+    max_library_tokens: int | None = 1024
+
+
+class LibraryRegistry:
+    """Which library answers a request: a pinned one (`model@version` or the header), else the store's served one.
+
+    The served pointer is read per request, so `gym-tf library promote` takes effect without a restart; a request
+    keeps the version it resolved at its start until it ends. Rendered texts are cached by version id.
+    """
+
+    def __init__(self, store: RunStore, max_tokens: int | None):
+        self.store = store
+        self.max_tokens = max_tokens
+        self._rendered: dict[str, tuple[LibraryVersion, str]] = {}
+
+    def resolve(self, pinned: str | None) -> tuple[LibraryVersion, str]:
+        ref = pinned or self.store.served_version_id() or "empty"
+        try:
+            version = self.store.version(ref)
+        except UnknownVersion as exc:
+            raise OpenAIError(404, f"unknown library version: {exc}", code="library_not_found") from None
+        if version.id not in self._rendered:
+            self._rendered[version.id] = (version, render_library(version, self.max_tokens))
+        return self._rendered[version.id]
+
+
+class Metrics:
+    def __init__(self):
+        self.registry = CollectorRegistry()
+        self.requests = Counter("gym_tf_requests", "Requests by route and status", ["route", "status"], registry=self.registry)
+        self.latency = Histogram("gym_tf_request_seconds", "Time to the full response (or stream end)", ["route"],
+                                 registry=self.registry)
+        self.tokens = Counter("gym_tf_tokens", "Tokens reported by the upstream", ["kind"], registry=self.registry)
+        self.served = Gauge("gym_tf_library_served", "1 for the library version answering unpinned requests",
+                            ["version"], registry=self.registry)
+
+    def usage(self, usage: dict[str, Any] | None) -> None:
+        for kind in ("prompt_tokens", "completion_tokens"):
+            if usage and usage.get(kind):
+                self.tokens.labels(kind.removesuffix("_tokens")).inc(usage[kind])
+
+
+def split_model(model: str | None) -> str | None:
+    """`name@version` pins a version; the name itself is replaced by the upstream's model."""
+    if model and "@" in model:
+        return model.rsplit("@", 1)[1]
+    return None
+
+
+def create_app(upstream: Upstream, store: RunStore, config: ServerConfig | None = None) -> FastAPI:
+    config = config or ServerConfig()
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI):
+        try:
+            await upstream.start()
+        except httpx.HTTPError:
+            pass  # a dead upstream is not fatal: readiness reports it, requests get 502
+        yield
+        await upstream.aclose()
+
+    app = FastAPI(title="gym-tf", docs_url=None, redoc_url=None, lifespan=lifespan)
+    registry = LibraryRegistry(store, config.max_library_tokens)
+    metrics = Metrics()
+    app.state.upstream, app.state.registry, app.state.metrics = upstream, registry, metrics
+
+    @app.middleware("http")
+    async def guard(request: Request, call_next):
+        if request.url.path.startswith("/v1/"):
+            if config.api_keys and not _authorized(request.headers.get("authorization", ""), config.api_keys):
+                return OpenAIError(401, "invalid or missing API key", code="invalid_api_key").response()
+            length = request.headers.get("content-length")
+            if length and int(length) > config.max_body_bytes:
+                return OpenAIError(413, f"request body over {config.max_body_bytes} bytes").response()
+        return await call_next(request)
+
+    @app.exception_handler(OpenAIError)
+    async def openai_error(request: Request, exc: OpenAIError):
+        metrics.requests.labels(request.url.path, str(exc.status)).inc()
+        return exc.response()
+
+    @app.get("/health")
+    async def health():
+        return {"status": "ok"}
+
+    @app.get("/health/ready")
+    async def ready():
+        problems = []
+        try:
+            await upstream.models()
+        except Exception as exc:  # noqa: BLE001 - any failure means not ready; the reason is reported
+            problems.append(f"upstream {upstream.base_url}: {exc.__class__.__name__}")
+        try:
+            version, _ = registry.resolve(None)
+        except OpenAIError as exc:
+            problems.append(exc.message)
+            version = None
+        body = {"status": "ready" if not problems else "not ready", "problems": problems,
+                "library": version.id if version else None, "model": upstream.model}
+        return JSONResponse(body, status_code=200 if not problems else 503)
+
+    @app.get("/metrics")
+    async def prometheus():
+        served, _ = registry.resolve(None)
+        metrics.served.clear()
+        metrics.served.labels(served.id).set(1)
+        return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
+
+    @app.get("/v1/models")
+    async def models():
+        now = int(time.time())
+        ids = [upstream.model] + [f"{upstream.model}@{v['id'][:12]}" for v in store.versions()
+                                  if v["status"] in ("promoted", "imported") and v["id"] != EMPTY_LIBRARY.id]
+        return {"object": "list", "data": [{"id": i, "object": "model", "created": now, "owned_by": "gym-tf"} for i in ids]}
+
+    @app.post("/v1/chat/completions")
+    async def chat(request: Request):
+        body = await _json_body(request, config.max_body_bytes)
+        if not isinstance(body.get("messages"), list):
+            raise OpenAIError(400, "messages must be a list", param="messages")
+        version, text = registry.resolve(split_model(body.get("model")) or request.headers.get(LIBRARY_HEADER))
+        body = {**body, "model": upstream.model, "messages": with_library(body["messages"], text)}
+        return await _forward(request, "/chat/completions", body, version)
+
+    @app.post("/v1/completions")
+    async def completions(request: Request):
+        body = await _json_body(request, config.max_body_bytes)
+        version, text = registry.resolve(split_model(body.get("model")) or request.headers.get(LIBRARY_HEADER))
+        body = {**body, "model": upstream.model, "prompt": _inject_prompt(body.get("prompt"), text)}
+        return await _forward(request, "/completions", body, version)
+
+    async def _forward(request: Request, path: str, body: dict[str, Any], version: LibraryVersion):
+        headers = {VERSION_HEADER: version.id}
+        start = time.perf_counter()
+        if body.get("stream"):
+            async def events():
+                try:
+                    async for chunk in proxy.relay(proxy.stream(upstream, path, body), metrics.usage):
+                        yield chunk
+                finally:
+                    metrics.latency.labels(path).observe(time.perf_counter() - start)
+                    metrics.requests.labels(path, "200").inc()
+
+            return StreamingResponse(events(), media_type="text/event-stream",
+                                     headers={**headers, "Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+        status, reply = await _unless_disconnected(request, proxy.complete(upstream, path, body))
+        metrics.latency.labels(path).observe(time.perf_counter() - start)
+        metrics.requests.labels(path, str(status)).inc()
+        if status < 400:
+            metrics.usage(reply.get("usage"))
+        return JSONResponse(reply, status_code=status, headers=headers)
+
+    return app
+
+
+def _authorized(header: str, keys: list[str]) -> bool:
+    scheme, _, token = header.partition(" ")
+    # compare against every key, so the time taken does not reveal which one (if any) matched
+    matches = [hmac.compare_digest(token.encode(), key.encode()) for key in keys]
+    return scheme.lower() == "bearer" and any(matches)
+
+
+async def _json_body(request: Request, limit: int) -> dict[str, Any]:
+    raw = await request.body()
+    if len(raw) > limit:
+        raise OpenAIError(413, f"request body over {limit} bytes")
+    try:
+        body = json.loads(raw)
+    except json.JSONDecodeError as exc:
+        raise OpenAIError(400, f"request body is not valid JSON: {exc.msg}") from None
+    if not isinstance(body, dict):
+        raise OpenAIError(400, "request body must be a JSON object")
+    return body
+
+
+def _inject_prompt(prompt: Any, text: str) -> Any:
+    """Text prompts get the library first; token-id prompts (lists of ints) pass through untouched."""
+    if not text:
+        return prompt
+    if isinstance(prompt, str):
+        return f"{text}\n\n{prompt}"
+    if isinstance(prompt, list) and all(isinstance(p, str) for p in prompt):
+        return [f"{text}\n\n{p}" for p in prompt]
+    return prompt
+
+
+async def _unless_disconnected(request: Request, work):
+    """Run the upstream call, cancelling it if the client goes away first."""
+    task = asyncio.ensure_future(work)
+    while not task.done():
+        done, _ = await asyncio.wait({task}, timeout=0.25)
+        if not done and await request.is_disconnected():
+            task.cancel()
+            raise OpenAIError(499, "client disconnected")
+    return task.result()

@@ -1,0 +1,113 @@
+"""The model behind the server: any OpenAI-compatible HTTP server, or the embedded model started on loopback.
+
+The embedded model is served by llama-cpp-python's own OpenAI-compatible app in a background thread, so both cases
+share one proxy path (streaming included). Servers that ignore `n` are answered by fanning out n requests.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+import threading
+import time
+from typing import Any, AsyncIterator
+
+import httpx
+
+from server.errors import OpenAIError
+
+
+class Upstream:
+    def __init__(self, base_url: str, model: str | None = None, api_key: str | None = None, timeout_s: float = 600.0,
+                 supports_n: bool | None = None):
+        self.base_url = base_url.rstrip("/")
+        self.model = model or ""
+        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self.client = httpx.AsyncClient(base_url=self.base_url, headers=headers,
+                                        timeout=httpx.Timeout(timeout_s, connect=5.0))
+        self.supports_n = supports_n  # None: learned from the first non-streaming n > 1 request
+
+    async def start(self) -> None:
+        """Learn the model name if none was given; a dead upstream is reported, not fatal (readiness says so)."""
+        if not self.model:
+            models = await self.models()
+            self.model = models[0] if models else "unknown"
+
+    async def models(self) -> list[str]:
+        reply = await self.client.get("/models", timeout=5.0)
+        reply.raise_for_status()
+        return [m["id"] for m in reply.json().get("data", [])]
+
+    async def post(self, path: str, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+        try:
+            reply = await self.client.post(path, json=body)
+        except httpx.TimeoutException:
+            raise OpenAIError(504, f"upstream {self.base_url} timed out") from None
+        except httpx.TransportError as exc:
+            raise OpenAIError(502, f"upstream {self.base_url} is unreachable: {exc.__class__.__name__}: {exc}") from None
+        try:
+            return reply.status_code, reply.json()
+        except json.JSONDecodeError:
+            raise OpenAIError(502, f"upstream {self.base_url} answered {reply.status_code} with non-JSON") from None
+
+    async def stream(self, path: str, body: dict[str, Any]) -> AsyncIterator[dict[str, Any] | str]:
+        """Yield parsed SSE events (dicts) as they arrive, or an error dict if the upstream fails mid-stream."""
+        try:
+            async with self.client.stream("POST", path, json=body) as reply:
+                if reply.status_code >= 400:
+                    await reply.aread()
+                    try:
+                        payload = reply.json()
+                    except json.JSONDecodeError:
+                        payload = OpenAIError(reply.status_code, reply.text).body()
+                    yield {"__status__": reply.status_code, **payload}
+                    return
+                async for line in reply.aiter_lines():
+                    if not line.startswith("data:"):
+                        continue
+                    data = line[5:].strip()
+                    if data == "[DONE]":
+                        return
+                    yield json.loads(data)
+        except (httpx.TransportError, httpx.StreamError) as exc:
+            yield {"__status__": 502, **OpenAIError(502, f"upstream {self.base_url} failed mid-stream: "
+                                                   f"{exc.__class__.__name__}").body()}
+
+    async def aclose(self) -> None:
+        await self.client.aclose()
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_embedded(model_file: str | None = None, n_ctx: int = 4096) -> tuple[Upstream, threading.Thread]:
+    """Serve the embedded GGUF with llama-cpp-python's OpenAI-compatible app on a loopback port, in this process."""
+    import uvicorn
+    from llama_cpp.server.app import create_app
+    from llama_cpp.server.settings import ModelSettings, ServerSettings
+
+    from gym_tf.backends.embedded import DEFAULT_MODEL_NAME, default_model_path
+
+    path = model_file or str(default_model_path())
+    alias = DEFAULT_MODEL_NAME if model_file is None else None
+    port = free_port()
+    app = create_app(server_settings=ServerSettings(host="127.0.0.1", port=port),
+                     model_settings=[ModelSettings(model=path, model_alias=alias, n_ctx=n_ctx, verbose=False)])
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+    thread = threading.Thread(target=server.run, name="embedded-upstream", daemon=True)
+    thread.start()
+    deadline = time.time() + 120
+    while not server.started and thread.is_alive() and time.time() < deadline:
+        time.sleep(0.05)
+    # llama-cpp-python's server returns one choice whatever `n` says: the proxy fans out instead.
+    return Upstream(f"http://127.0.0.1:{port}/v1", model=alias or path, supports_n=False), thread
+
+
+async def wait_all(tasks: list[asyncio.Task]) -> None:
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)

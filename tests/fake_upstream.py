@@ -1,0 +1,70 @@
+"""A small OpenAI-compatible upstream for proxy tests: records every body it receives (one JSON line each) and
+answers deterministically. Runs as its own process so a test can kill it mid-stream.
+
+    python tests/fake_upstream.py PORT RECORD_FILE SUPPORTS_N(0|1) CHUNK_DELAY_S
+"""
+
+import asyncio
+import json
+import sys
+import time
+
+import uvicorn
+from fastapi import FastAPI, Request
+from fastapi.responses import StreamingResponse
+
+PORT, RECORD, SUPPORTS_N, DELAY = int(sys.argv[1]), sys.argv[2], sys.argv[3] == "1", float(sys.argv[4])
+WORDS = ["Hello", " from", " the", " fake", " upstream", "."]
+app = FastAPI()
+
+
+def record(body):
+    with open(RECORD, "a") as f:
+        f.write(json.dumps(body) + "\n")
+
+
+@app.get("/v1/models")
+async def models():
+    return {"object": "list", "data": [{"id": "fake-model", "object": "model", "created": 0, "owned_by": "test"}]}
+
+
+@app.post("/v1/chat/completions")
+async def chat(request: Request):
+    body = await request.json()
+    record(body)
+    n = (body.get("n") or 1) if SUPPORTS_N else 1
+    ident = {"id": f"chatcmpl-{time.time_ns()}", "created": 1, "model": body["model"]}
+    usage = {"prompt_tokens": 10, "completion_tokens": len(WORDS) * n, "total_tokens": 10 + len(WORDS) * n}
+    if not body.get("stream"):
+        return {**ident, "object": "chat.completion", "usage": usage, "choices": [
+            {"index": i, "message": {"role": "assistant", "content": "".join(WORDS)}, "finish_reason": "stop"}
+            for i in range(n)]}
+
+    async def events():
+        for i in range(n):
+            yield f"data: {json.dumps({**ident, 'object': 'chat.completion.chunk', 'choices': [{'index': i, 'delta': {'role': 'assistant', 'content': ''}, 'finish_reason': None}]})}\n\n"
+        for word in WORDS:
+            await asyncio.sleep(DELAY)
+            for i in range(n):
+                yield f"data: {json.dumps({**ident, 'object': 'chat.completion.chunk', 'choices': [{'index': i, 'delta': {'content': word}, 'finish_reason': None}]})}\n\n"
+        for i in range(n):
+            yield f"data: {json.dumps({**ident, 'object': 'chat.completion.chunk', 'choices': [{'index': i, 'delta': {}, 'finish_reason': 'stop'}]})}\n\n"
+        if (body.get("stream_options") or {}).get("include_usage"):
+            yield f"data: {json.dumps({**ident, 'object': 'chat.completion.chunk', 'choices': [], 'usage': usage})}\n\n"
+        yield "data: [DONE]\n\n"
+
+    return StreamingResponse(events(), media_type="text/event-stream")
+
+
+@app.post("/v1/completions")
+async def completions(request: Request):
+    body = await request.json()
+    record(body)
+    prompts = body["prompt"] if isinstance(body["prompt"], list) and isinstance(body["prompt"][0], str) else [body["prompt"]]
+    return {"id": "cmpl-1", "object": "text_completion", "created": 1, "model": body["model"],
+            "choices": [{"index": i, "text": " done", "finish_reason": "stop", "logprobs": None} for i in range(len(prompts))],
+            "usage": {"prompt_tokens": 5, "completion_tokens": 1, "total_tokens": 6}}
+
+
+if __name__ == "__main__":
+    uvicorn.run(app, host="127.0.0.1", port=PORT, log_level="warning")
