@@ -218,8 +218,9 @@ class RunStore:
         self.db["serving"].insert({"name": name, "version_id": version_id, "updated": time.time()}, replace=True)
 
     def served_version_id(self, name: str = "default") -> str | None:
-        rows = list(self.db.query("select version_id from serving where name = ?", [name]))
-        return rows[0]["version_id"] if rows else None
+        # Read on every served request: a plain execute, without sqlite-utils' per-query savepoint.
+        row = self.db.conn.execute("select version_id from serving where name = ?", [name]).fetchone()
+        return row[0] if row else None
 
     def steps(self, run_id: str) -> list[dict[str, Any]]:
         return [

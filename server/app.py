@@ -47,13 +47,14 @@ class LibraryRegistry:
 
     def resolve(self, pinned: str | None) -> tuple[LibraryVersion, str]:
         ref = pinned or self.store.served_version_id() or "empty"
+        if ref in self._rendered:
+            return self._rendered[ref]
         try:
             version = self.store.version(ref)
         except UnknownVersion as exc:
             raise OpenAIError(404, f"unknown library version: {exc}", code="library_not_found") from None
-        if version.id not in self._rendered:
-            self._rendered[version.id] = (version, render_library(version, self.max_tokens))
-        return self._rendered[version.id]
+        self._rendered[ref] = (version, render_library(version, self.max_tokens))
+        return self._rendered[ref]
 
 
 class Metrics:
@@ -95,15 +96,7 @@ def create_app(upstream: Upstream, store: RunStore, config: ServerConfig | None 
     metrics = Metrics()
     app.state.upstream, app.state.registry, app.state.metrics = upstream, registry, metrics
 
-    @app.middleware("http")
-    async def guard(request: Request, call_next):
-        if request.url.path.startswith("/v1/"):
-            if config.api_keys and not _authorized(request.headers.get("authorization", ""), config.api_keys):
-                return OpenAIError(401, "invalid or missing API key", code="invalid_api_key").response()
-            length = request.headers.get("content-length")
-            if length and int(length) > config.max_body_bytes:
-                return OpenAIError(413, f"request body over {config.max_body_bytes} bytes").response()
-        return await call_next(request)
+    app.add_middleware(Guard, config=config)
 
     @app.exception_handler(OpenAIError)
     async def openai_error(request: Request, exc: OpenAIError):
@@ -182,6 +175,28 @@ def create_app(upstream: Upstream, store: RunStore, config: ServerConfig | None 
         return JSONResponse(reply, status_code=status, headers=headers)
 
     return app
+
+
+class Guard:
+    """API keys and the body size limit for /v1/, as plain ASGI: Starlette's BaseHTTPMiddleware would sit in
+    every streamed chunk's path (measured in benchmarks/proxy_overhead.py)."""
+
+    def __init__(self, app, config: ServerConfig):
+        self.app = app
+        self.config = config
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] == "http" and scope["path"].startswith("/v1/"):
+            headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]}
+            error = None
+            if self.config.api_keys and not _authorized(headers.get("authorization", ""), self.config.api_keys):
+                error = OpenAIError(401, "invalid or missing API key", code="invalid_api_key")
+            elif int(headers.get("content-length") or 0) > self.config.max_body_bytes:
+                error = OpenAIError(413, f"request body over {self.config.max_body_bytes} bytes")
+            if error is not None:
+                await error.response()(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
 
 
 def _authorized(header: str, keys: list[str]) -> bool:

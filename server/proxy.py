@@ -63,18 +63,19 @@ async def _fan_out(upstream: Upstream, path: str, body: dict[str, Any], n: int, 
     return 200, merged
 
 
-async def stream(upstream: Upstream, path: str, body: dict[str, Any]) -> AsyncIterator[dict[str, Any]]:
-    """Events for the client, in order; an event with `__status__` is an error (the relay turns it into one)."""
+async def stream(upstream: Upstream, path: str, body: dict[str, Any]) -> AsyncIterator[dict[str, Any] | str]:
+    """What the client gets, in order: the upstream's SSE bytes as they come (one choice, or an upstream that
+    honours n), or dicts (renumbered fan-out chunks, or an error carrying `__status__`)."""
     n = body.get("n") or 1
     if n == 1 or upstream.supports_n is True:
-        async for event in upstream.stream(path, body):
+        async for event in upstream.stream(path, body, raw=True):
             yield event
         return
     queue: asyncio.Queue = asyncio.Queue()
 
     async def pump(i: int) -> None:
         async for event in upstream.stream(path, _single(body, i)):
-            await queue.put((i, event))
+            await queue.put((i, json.loads(event) if isinstance(event, str) else event))
         await queue.put((i, None))
 
     tasks = [asyncio.create_task(pump(i)) for i in range(n)]
@@ -103,9 +104,19 @@ async def stream(upstream: Upstream, path: str, body: dict[str, Any]) -> AsyncIt
         await wait_all(tasks)
 
 
-async def relay(events: AsyncIterator[dict[str, Any]], on_usage) -> AsyncIterator[bytes]:
-    """SSE bytes for the client. An upstream failure ends the stream with an error event (never a hang)."""
+async def relay(events: AsyncIterator[dict[str, Any] | bytes], on_usage) -> AsyncIterator[bytes]:
+    """SSE bytes for the client. An upstream failure ends the stream with an error event (never a hang).
+
+    Upstream bytes pass through untouched (their own [DONE] included); only a chunk that mentions usage is split
+    into events and read, for the token metrics."""
+    raw = False
     async for event in events:
+        if isinstance(event, bytes):
+            raw = True
+            if b'"usage"' in event:
+                _count_usage(event, on_usage)
+            yield event
+            continue
         if "__status__" in event:
             event.pop("__status__")
             yield sse(event)
@@ -113,7 +124,19 @@ async def relay(events: AsyncIterator[dict[str, Any]], on_usage) -> AsyncIterato
         if event.get("usage"):
             on_usage(event["usage"])
         yield sse(event)
-    yield sse("[DONE]")
+    if not raw:
+        yield sse("[DONE]")
+
+
+def _count_usage(chunk: bytes, on_usage) -> None:
+    for line in chunk.split(b"\n"):
+        if line.startswith(b"data:") and b'"usage"' in line:
+            try:
+                usage = json.loads(line[5:]).get("usage")
+            except json.JSONDecodeError:
+                continue  # an event split across network chunks: its usage goes uncounted, the client still gets it
+            if usage:
+                on_usage(usage)
 
 
 def ensure_ok(status: int, reply: dict[str, Any]) -> None:

@@ -1,7 +1,7 @@
 """A small OpenAI-compatible upstream for proxy tests: records every body it receives (one JSON line each) and
 answers deterministically. Runs as its own process so a test can kill it mid-stream.
 
-    python tests/fake_upstream.py PORT RECORD_FILE SUPPORTS_N(0|1) CHUNK_DELAY_S
+    python tests/fake_upstream.py PORT RECORD_FILE SUPPORTS_N(0|1) CHUNK_DELAY_S [CHUNKS]
 """
 
 import asyncio
@@ -15,6 +15,8 @@ from fastapi.responses import StreamingResponse
 
 PORT, RECORD, SUPPORTS_N, DELAY = int(sys.argv[1]), sys.argv[2], sys.argv[3] == "1", float(sys.argv[4])
 WORDS = ["Hello", " from", " the", " fake", " upstream", "."]
+if len(sys.argv) > 5:
+    WORDS = [f" w{i}" for i in range(int(sys.argv[5]))]
 app = FastAPI()
 
 
