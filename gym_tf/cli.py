@@ -22,8 +22,9 @@ from gym_tf.config import OptimizeConfig, RolloutConfig
 from gym_tf.datasets import load_dataset
 from gym_tf.display import diff_text, library_table, metrics_table, progress_line, runs_table
 from gym_tf.errors import GymTFError
+from ledger.errors import LedgerError
 from gym_tf.evaluate import evaluate
-from gym_tf.library import render_library
+from gym_tf.library import render_library, short
 from gym_tf.library_io import diff_versions, export_library, read_library_file, resolve_library
 from gym_tf.optimize import Optimizer, resume_config
 from gym_tf.store import RunStore
@@ -33,7 +34,7 @@ app = typer.Typer(help="Training-Free GRPO: learn an experience library for a fr
                   pretty_exceptions_enable=False)
 library_app = typer.Typer(help="Inspect, compare, export and import library versions.", no_args_is_help=True)
 app.add_typer(library_app, name="library")
-console = Console()
+console = Console(soft_wrap=True)  # ids and CIDs are never broken across lines
 err = Console(stderr=True)
 
 # --- shared options -------------------------------------------------------------------------------------------------
@@ -56,7 +57,7 @@ def fails_cleanly(command: Callable[..., Any]) -> Callable[..., Any]:
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
             return command(*args, **kwargs)
-        except (GymTFError, RewardLoadError) as exc:
+        except (GymTFError, RewardLoadError, LedgerError) as exc:
             typer.echo(f"error: {exc}", err=True)
             raise typer.Exit(1) from None
         except ValidationError as exc:
@@ -123,7 +124,7 @@ def eval_command(
     result = asyncio.run(main())
     result.extra["dataset"] = dataset
     result.write(report)
-    console.print(metrics_table(result.metrics, f"{result.model} | library {lib.id[:12]} ({len(lib.items)} items)"))
+    console.print(metrics_table(result.metrics, f"{result.model} | library {short(lib.id)} ({len(lib.items)} items)"))
     console.print(f"tokens: {result.prompt_tokens} prompt + {result.completion_tokens} completion; report: {report}")
 
 
@@ -209,7 +210,7 @@ def optimize(
     console.print("tokens by stage: " + ", ".join(f"{s} {u['prompt']}+{u['completion']}" for s, u in usage.items()))
     for note in result.progress.notes:
         console.print(note)
-    console.print(f"run {result.run_id} {result.status}; library {result.library.id[:12]}")
+    console.print(f"run {result.run_id} {result.status}; library {short(result.library.id)}")
 
 
 # --- runs and libraries ---------------------------------------------------------------------------------------------
@@ -248,7 +249,7 @@ def library_export(version: str, output: Annotated[Path, typer.Option("-o", "--o
     """Write a library version to a JSON file that `import` and `eval --library` read."""
     lib = resolve_library(RunStore(workspace), version)
     export_library(lib, output)
-    console.print(f"wrote {output} ({lib.id[:12]}, {len(lib.items)} items)")
+    console.print(f"wrote {output} ({short(lib.id)}, {len(lib.items)} items)")
 
 
 @library_app.command("import")
@@ -306,6 +307,133 @@ def serve(
                                                   max_library_tokens=max_library_tokens))
     err.print(f"serving {target.model} from {target.base_url} on http://{host}:{port}/v1", highlight=False)
     uvicorn.run(app_, host=host, port=port, log_level="warning")
+
+
+# --- ledger, keys, publishing, anchors ------------------------------------------------------------------------------
+
+ledger_app = typer.Typer(help="The Merkle log of library versions: root, proofs, verification.", no_args_is_help=True)
+keys_app = typer.Typer(help="Signing keys (Ethereum, EIP-191).", no_args_is_help=True)
+app.add_typer(ledger_app, name="ledger")
+app.add_typer(keys_app, name="keys")
+KeyFile = Annotated[Optional[Path], typer.Option("--key", help="private key file (default: $GYM_TF_SIGNING_KEY)")]
+IpfsApi = Annotated[Optional[str], typer.Option(help="Kubo RPC API, e.g. http://127.0.0.1:5001 (default: embedded node)")]
+IpfsRepo = Annotated[Optional[Path], typer.Option(envvar="GYM_TF_IPFS_REPO", help="embedded node's repo (default: WORKSPACE/ipfs)")]
+RpcUrl = Annotated[str, typer.Option(envvar="GYM_TF_RPC_URL", help="Ethereum-compatible JSON-RPC endpoint")]
+
+
+def ipfs_transport(store: RunStore, ipfs_api: str | None, repo: Path | None, gateway: str | None = None):
+    from ledger.ipfs import EmbeddedNode, Gateway, KuboRPC
+
+    if ipfs_api:
+        return KuboRPC(ipfs_api)
+    if gateway:
+        return Gateway(gateway)
+    return EmbeddedNode(repo or store.root / "ipfs")
+
+
+def print_json(document: Any) -> None:
+    typer.echo(json.dumps(document, indent=2))
+
+
+@ledger_app.command("root")
+@fails_cleanly
+def ledger_root(workspace: Workspace = None) -> None:
+    """Print the log's size and current root."""
+    log = RunStore(workspace).ledger
+    print_json({"tree_size": log.size, "root": log.root()})
+
+
+@ledger_app.command("prove")
+@fails_cleanly
+def ledger_prove(version: str, workspace: Workspace = None) -> None:
+    """Inclusion proof (JSON) of a version's entry in the current log."""
+    from gym_tf.publishing import prove_version
+
+    store = RunStore(workspace)
+    print_json(prove_version(store, resolve_library(store, version).id))
+
+
+@ledger_app.command("prove-consistency")
+@fails_cleanly
+def ledger_prove_consistency(old_root: str, workspace: Workspace = None) -> None:
+    """Proof (JSON) that the log with OLD_ROOT was only appended to since."""
+    from gym_tf.publishing import prove_consistency
+
+    print_json(prove_consistency(RunStore(workspace), old_root))
+
+
+@ledger_app.command("verify")
+@fails_cleanly
+def ledger_verify(workspace: Workspace = None) -> None:
+    """Re-derive every CID, leaf hash and the root from stored bytes; fail naming the first bad entry."""
+    from gym_tf.publishing import verify_ledger
+
+    size, root = verify_ledger(RunStore(workspace))
+    console.print(f"ledger ok: {size} entries, root {root}")
+
+
+@keys_app.command("new")
+@fails_cleanly
+def keys_new(path: Annotated[Path, typer.Argument(help="where to write the key (mode 0600)")] = Path("gym-tf.key")) -> None:
+    """Make a signing key; prints its address, never the key."""
+    from ledger.signing import new_key
+
+    console.print(f"address {new_key(path)}; key written to {path}")
+
+
+@app.command()
+@fails_cleanly
+def publish(version: Annotated[str, typer.Argument(help="version id or prefix, or `latest`")] = "latest",
+            key: KeyFile = None, ipfs_api: IpfsApi = None, ipfs_repo: IpfsRepo = None, workspace: Workspace = None) -> None:
+    """Sign a manifest for VERSION and put it, with the library, on IPFS; prints the address to fetch."""
+    from gym_tf.publishing import publish as publish_version
+    from ledger.signing import load_key
+
+    store = RunStore(workspace)
+    lib = resolve_library(store, version)
+    result = publish_version(store, lib.id, load_key(key), ipfs_transport(store, ipfs_api, ipfs_repo))
+    console.print(f"published {lib.id}\nmanifest {result.manifest_address}\nsigner {result.manifest['signer']}",
+                  highlight=False)
+
+
+@app.command()
+@fails_cleanly
+def fetch(address: Annotated[str, typer.Argument(help="the manifest's CID, as `publish` printed it")],
+          signer: Annotated[Optional[str], typer.Option(help="expected signer address 0x...")] = None,
+          ipfs_api: IpfsApi = None, gateway: Annotated[Optional[str], typer.Option(help="read-only IPFS gateway URL")] = None,
+          ipfs_repo: IpfsRepo = None, workspace: Workspace = None) -> None:
+    """Fetch a published library, verify CIDs, signature and inclusion proof, and only then import it."""
+    from gym_tf.publishing import fetch as fetch_version
+
+    store = RunStore(workspace)
+    version, manifest = fetch_version(store, address, ipfs_transport(store, ipfs_api, ipfs_repo, gateway), signer)
+    console.print(f"verified and imported {version.id} ({len(version.items)} items) signed by {manifest['signer']}",
+                  highlight=False)
+
+
+@app.command()
+@fails_cleanly
+def anchor(rpc_url: RpcUrl = "http://127.0.0.1:8545", key: KeyFile = None, workspace: Workspace = None) -> None:
+    """Write the ledger's current root to an Ethereum-compatible chain."""
+    from gym_tf.publishing import anchor_root
+    from ledger.chain import connect
+    from ledger.signing import load_key
+
+    tx, root, size = anchor_root(RunStore(workspace), connect(rpc_url), load_key(key), rpc_url)
+    console.print(f"anchored root {root} (tree size {size}) in transaction {tx}", highlight=False)
+
+
+@app.command("verify-anchor")
+@fails_cleanly
+def verify_anchor_command(tx: str, rpc_url: RpcUrl = "http://127.0.0.1:8545", workspace: Workspace = None) -> None:
+    """Read an anchored root back from the chain and check the log against it."""
+    from gym_tf.publishing import verify_anchor
+    from ledger.chain import connect
+
+    result = verify_anchor(RunStore(workspace), connect(rpc_url), tx)
+    console.print(f"anchor ok: root {result['root']} at tree size {result['tree_size']} (block {result['block']}, "
+                  f"sender {result['sender']}); the log has only been appended to since ({result['current_size']} entries)",
+                  highlight=False)
 
 
 def main() -> None:  # pragma: no cover - `python -m gym_tf`

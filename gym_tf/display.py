@@ -8,7 +8,7 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
-from gym_tf.library import LibraryVersion
+from gym_tf.library import LibraryVersion, short
 from gym_tf.library_io import LibraryDiff
 from gym_tf.metrics import Metrics
 from gym_tf.optimize import Progress
@@ -35,12 +35,12 @@ def runs_table(runs: list[dict]) -> Table:
         summary = run["summary"]
         tokens = sum(u.get("prompt", 0) + u.get("completion", 0) for u in summary.get("tokens", {}).values())
         table.add_row(run["id"], run["kind"], run["status"], run["model"], run["dataset"],
-                      (run["current_version"] or "")[:12], str(summary.get("steps", "")), str(tokens or ""))
+                      short(run["current_version"] or ""), str(summary.get("steps", "")), str(tokens or ""))
     return table
 
 
 def library_table(library: LibraryVersion, status: str = "") -> Table:
-    table = Table(title=f"library {library.id[:12]} (step {library.step}, {len(library.items)} items) {status}".strip())
+    table = Table(title=f"library {short(library.id)} (step {library.step}, {len(library.items)} items) {status}".strip())
     table.add_column("id")
     table.add_column("experience")
     table.add_column("from", overflow="fold")

@@ -6,13 +6,15 @@ version is untouched. Item ids (`E1`, `E2`, ...) are handed out once and never r
 
 from __future__ import annotations
 
-import hashlib
 import json
 import math
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Annotated, Any, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, field_validator
+
+from ledger.cid import canonical, cid
 
 MAX_EXPERIENCE_CHARS = 400
 
@@ -97,7 +99,8 @@ class Experience(BaseModel):
 
 
 class LibraryVersion(BaseModel):
-    """An immutable library version. Its id is the sha256 of its canonical JSON (content-addressed)."""
+    """An immutable library version. Its id is the IPFS CID (v1) of its canonical JSON: the same library has the
+    same id on every machine, and an IPFS node given these bytes computes the same CID."""
 
     model_config = ConfigDict(frozen=True)
     items: tuple[Experience, ...] = ()
@@ -106,17 +109,22 @@ class LibraryVersion(BaseModel):
     step: int = 0
 
     def canonical_bytes(self) -> bytes:
-        return json.dumps(self.model_dump(mode="json"), sort_keys=True, separators=(",", ":")).encode()
+        return canonical(self.model_dump(mode="json"))
 
-    @property
+    @cached_property
     def id(self) -> str:
-        return hashlib.sha256(self.canonical_bytes()).hexdigest()
+        return cid(self.canonical_bytes())
 
     def get(self, item_id: str) -> Experience | None:
         return next((item for item in self.items if item.id == item_id), None)
 
 
 EMPTY_LIBRARY = LibraryVersion()
+
+
+def short(version_id: str) -> str:
+    """Enough of a version id for people to read and type (every raw-leaves CIDv1 starts `bafkrei`)."""
+    return version_id[:16]
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from gym_tf.errors import LibraryError, UnknownVersion
-from gym_tf.library import LibraryVersion
+from gym_tf.library import LibraryVersion, short
 from gym_tf.store import RunStore
 
 FORMAT = "gym-tf-library/1"
@@ -29,7 +29,7 @@ def read_library_file(path: str | Path) -> LibraryVersion:
     except (OSError, json.JSONDecodeError, KeyError, TypeError, ValidationError) as exc:
         raise LibraryError(f"{path}: not a gym-tf library file ({str(exc).splitlines()[0]})") from None
     if document.get("id") != version.id:
-        raise LibraryError(f"{path}: content hashes to {version.id[:12]}, but the file claims {str(document.get('id'))[:12]}")
+        raise LibraryError(f"{path}: content hashes to {short(version.id)}, but the file claims {short(str(document.get('id')))}")
     return version
 
 

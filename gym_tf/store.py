@@ -20,6 +20,8 @@ from sqlite_utils import Database
 from gym_tf.errors import UnknownRun, UnknownVersion
 from gym_tf.library import EMPTY_LIBRARY, LibraryVersion, OpVerdict
 from gym_tf.rollouts import Rollout
+from ledger.cid import canonical
+from ledger.log import MerkleLog, leaf_hash
 
 DEFAULT_WORKSPACE = ".gym-tf"
 
@@ -48,6 +50,9 @@ class RunStore:
             self.db = Database(sqlite3.connect(self.root / "gym-tf.db", check_same_thread=False))
             self.db.enable_wal()
             self.db.execute("PRAGMA synchronous=NORMAL")
+        # The Merkle log lives in the same file (pymerkle's `leaf` table), so a version and its log entry commit
+        # in one transaction.
+        self.ledger = MerkleLog(self.root / "gym-tf.db") if self.root else None
         self._create()
 
     def _create(self) -> None:
@@ -71,9 +76,15 @@ class RunStore:
         )
         db["versions"].create(
             {"id": str, "parent": str, "run_id": str, "step": int, "created": float, "content": str,
-             "status": str, "config_hash": str, "evaluation": str},
+             "status": str, "config_hash": str, "evaluation": str, "leaf_index": int},
             pk="id", if_not_exists=True,
         )
+        db["publications"].create(
+            {"manifest": str, "version_id": str, "transport": str, "signer": str, "created": float, "direction": str},
+            pk="manifest", if_not_exists=True,
+        )
+        db["anchors"].create({"tx": str, "root": str, "tree_size": int, "rpc_url": str, "created": float},
+                             pk="tx", if_not_exists=True)
         db["ops"].create(
             {"run_id": str, "step": int, "seq": int, "stage": str, "version_id": str, "op": str, "accepted": int,
              "reason": str},
@@ -164,13 +175,27 @@ class RunStore:
     # --- versions and steps -------------------------------------------------------------------------------------
 
     def put_version(self, version: LibraryVersion, run_id: str, status: str, config_hash: str = "",
-                    evaluation: dict | None = None) -> None:
-        self.db["versions"].insert(
-            {"id": version.id, "parent": version.parent, "run_id": run_id, "step": version.step,
-             "created": time.time(), "content": version.canonical_bytes().decode(), "status": status,
-             "config_hash": config_hash, "evaluation": json.dumps(evaluation or {})},
-            replace=True,
-        )
+                    evaluation: dict | None = None, ops: list[Any] | None = None) -> None:
+        """Record a version and append its entry to the Merkle log, in one transaction (a version already
+        recorded is left as it is: versions are immutable)."""
+        if self.db["versions"].count_where("id = ?", [version.id]):
+            return
+        with self.db.atomic():
+            leaf_index = self._log(version, run_id, status, ops or [])
+            self.db["versions"].insert(
+                {"id": version.id, "parent": version.parent, "run_id": run_id, "step": version.step,
+                 "created": time.time(), "content": version.canonical_bytes().decode(), "status": status,
+                 "config_hash": config_hash, "evaluation": json.dumps(evaluation or {}), "leaf_index": leaf_index},
+            )
+
+    def _log(self, version: LibraryVersion, run_id: str, status: str, ops: list[Any]) -> int | None:
+        """Append the version's log entry: its CID, its parent's, the digest of the ops that made it."""
+        if self.ledger is None:
+            return None
+        entry = canonical({"version": version.id, "parent": version.parent, "run": run_id, "step": version.step,
+                           "status": status, "ops_sha256": hashlib.sha256(canonical(ops)).hexdigest()})
+        self.db.execute("INSERT INTO leaf(entry, hash) VALUES (?, ?)", [entry, leaf_hash(entry)])
+        return self.db.execute("SELECT max(id) FROM leaf").fetchone()[0]
 
     def version(self, ref: str) -> LibraryVersion:
         """A version by full id or unique prefix; `empty` is the empty library."""
@@ -196,7 +221,8 @@ class RunStore:
         current = after.id if version_status == "promoted" else before.id
         with self.db.atomic():
             if after.id != before.id:
-                self.put_version(after, run_id, version_status, cfg_hash, evaluation)
+                applied = [json.loads(v.op.model_dump_json()) for stage, v in verdicts if stage == "apply" and v.accepted]
+                self.put_version(after, run_id, version_status, cfg_hash, evaluation, applied)
             self.db["ops"].insert_all(
                 [{"run_id": run_id, "step": step, "seq": seq, "stage": stage, "version_id": after.id,
                   "op": v.op.model_dump_json() if hasattr(v.op, "model_dump_json") else json.dumps(v.op),

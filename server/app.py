@@ -16,7 +16,7 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 from gym_tf.errors import UnknownVersion
-from gym_tf.library import EMPTY_LIBRARY, LibraryVersion, render_library, with_library
+from gym_tf.library import EMPTY_LIBRARY, LibraryVersion, render_library, short, with_library
 from gym_tf.store import RunStore
 from server import proxy
 from server.errors import OpenAIError
@@ -133,7 +133,7 @@ def create_app(upstream: Upstream, store: RunStore, config: ServerConfig | None 
     @app.get("/v1/models")
     async def models():
         now = int(time.time())
-        ids = [upstream.model] + [f"{upstream.model}@{v['id'][:12]}" for v in store.versions()
+        ids = [upstream.model] + [f"{upstream.model}@{short(v['id'])}" for v in store.versions()
                                   if v["status"] in ("promoted", "imported") and v["id"] != EMPTY_LIBRARY.id]
         return {"object": "list", "data": [{"id": i, "object": "model", "created": now, "owned_by": "gym-tf"} for i in ids]}
 

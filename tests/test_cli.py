@@ -11,6 +11,7 @@ from fakes import ScriptedBackend
 from gym_tf.cli import app
 from gym_tf.config import OptimizeConfig
 from gym_tf.datasets import load_dataset
+from gym_tf.library import short
 from gym_tf.optimize import Optimizer
 from gym_tf.store import RunStore
 
@@ -65,16 +66,16 @@ def test_runs_library_show_diff_export_import(trained_workspace, tmp_path):
     assert runs.returncode == 0 and result.run_id in runs.stdout and "finished" in runs.stdout
 
     show = run_cli("library", "show", "--workspace", str(ws))
-    assert show.returncode == 0 and result.library.id[:12] in show.stdout
-    rendered = run_cli("library", "show", result.library.id[:10], "--rendered", "--workspace", str(ws))
+    assert show.returncode == 0 and short(result.library.id) in show.stdout
+    rendered = run_cli("library", "show", result.library.id[:14], "--rendered", "--workspace", str(ws))
     assert rendered.stdout.startswith("Experiences learned from earlier problems")
     assert all(f"[{i.id}] {i.text}" in rendered.stdout for i in result.library.items)
 
-    diff = run_cli("library", "diff", "empty", result.library.id[:12], "--workspace", str(ws))
+    diff = run_cli("library", "diff", "empty", short(result.library.id), "--workspace", str(ws))
     assert diff.returncode == 0 and f"ops applied ({len(result.library.items)})" in diff.stdout
 
     exported = tmp_path / "lib.json"
-    assert run_cli("library", "export", result.library.id[:12], "-o", str(exported), "--workspace", str(ws)).returncode == 0
+    assert run_cli("library", "export", short(result.library.id), "-o", str(exported), "--workspace", str(ws)).returncode == 0
     fresh = tmp_path / "fresh"
     imported = run_cli("library", "import", str(exported), "--workspace", str(fresh))
     assert imported.returncode == 0 and result.library.id in imported.stdout

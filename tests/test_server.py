@@ -14,7 +14,7 @@ import pytest
 import uvicorn
 
 from conftest import free_port, wait_for
-from gym_tf.library import EMPTY_LIBRARY, AddOp, apply_ops, render_library
+from gym_tf.library import EMPTY_LIBRARY, AddOp, apply_ops, render_library, short
 from gym_tf.store import RunStore
 from server import ServerConfig, create_app
 from server.upstream import Upstream
@@ -107,7 +107,7 @@ def test_response_header_names_the_version_and_pinning_works(fake):
     client, record, store, v1, v2, *_ = fake
     raw = client.chat.completions.with_raw_response.create(model="m", messages=[{"role": "user", "content": "hi"}])
     assert raw.headers["x-gym-tf-library-version"] == v1.id
-    raw = client.chat.completions.with_raw_response.create(model=f"m@{v2.id[:12]}", messages=[{"role": "user", "content": "x"}])
+    raw = client.chat.completions.with_raw_response.create(model=f"m@{short(v2.id)}", messages=[{"role": "user", "content": "x"}])
     assert raw.headers["x-gym-tf-library-version"] == v2.id
     raw = client.chat.completions.with_raw_response.create(
         model="m", messages=[{"role": "user", "content": "x"}], extra_headers={"x-gym-tf-library": "empty"})
