@@ -213,6 +213,57 @@ def optimize(
     console.print(f"run {result.run_id} {result.status}; library {short(result.library.id)}")
 
 
+# --- gradient training ----------------------------------------------------------------------------------------------
+
+
+@app.command()
+@fails_cleanly
+def train(
+    model: Annotated[str, typer.Option(help="local Hugging Face model directory")],
+    method: Annotated[str, typer.Option(help="grpo | gspo")] = "grpo",
+    dataset: Annotated[str, typer.Option(help="training problems file, `datasets` directory, or `quickstart`")] = "quickstart",
+    reward: Annotated[str, typer.Option(help="reward name or module:function")] = "math",
+    lora: Annotated[bool, typer.Option(help="train LoRA adapters (PEFT) instead of all weights")] = False,
+    lora_rank: int = 16,
+    lora_alpha: int = 32,
+    rslora: Annotated[bool, typer.Option(help="rank-stabilized LoRA scaling")] = False,
+    merge: Annotated[bool, typer.Option(help="also write the adapter merged into a full model (OUTPUT/merged)")] = False,
+    group_size: Annotated[int, typer.Option("--group-size", "-G")] = 4,
+    prompts_per_step: int = 2,
+    max_steps: int = 10,
+    learning_rate: float = 1e-5,
+    beta: Annotated[float, typer.Option(help="KL coefficient to the frozen reference")] = 0.0,
+    num_iterations: Annotated[int, typer.Option(help="policy updates per generated batch")] = 1,
+    max_completion_tokens: int = 128,
+    limit: Optional[int] = None,
+    seed: int = 0,
+    output: Annotated[Path, typer.Option(help="checkpoints and the final adapter / model")] = Path("gym-tf-train"),
+    resume: Annotated[bool, typer.Option(help="continue from the last checkpoint in OUTPUT")] = False,
+    workspace: Workspace = None,
+) -> None:
+    """Gradient RL (GRPO / GSPO, optionally LoRA) on the same data and rewards as optimize (needs gym-tf[train])."""
+    from gym_tf.train import TrainConfig, merge_adapter
+    from gym_tf.train import train as run_training
+
+    config = TrainConfig(method=method, model=model, dataset=dataset, reward=reward, lora=lora, lora_rank=lora_rank,
+                         lora_alpha=lora_alpha, rslora=rslora, group_size=group_size, prompts_per_step=prompts_per_step,
+                         max_steps=max_steps, learning_rate=learning_rate, beta=beta, num_iterations=num_iterations,
+                         max_completion_tokens=max_completion_tokens, limit=limit, seed=seed, output_dir=str(output))
+    store = RunStore(workspace)
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  console=err) as bar:
+        task = bar.add_task("training", total=max_steps)
+
+        def show(log: dict) -> None:
+            bar.update(task, completed=log["step"], description=f"step {log['step']} loss {log.get('loss', 0):.4f} "
+                       f"reward {log.get('reward', 0):.3f} kl {log.get('kl', 0):.4f}")
+
+        run_id, out = run_training(config, store, resume=resume, on_log=show)
+    console.print(f"run {run_id} finished; {'adapter' if lora else 'model'} in {out}", highlight=False)
+    if lora and merge:
+        console.print(f"merged model in {merge_adapter(out, output / 'merged')}", highlight=False)
+
+
 # --- runs and libraries ---------------------------------------------------------------------------------------------
 
 

@@ -20,7 +20,7 @@ CORPUS = [
 ] * 20
 
 
-def build(target: str | Path) -> Path:
+def build(target: str | Path, hidden: int = 128, layers: int = 2) -> Path:
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
     import torch
@@ -40,8 +40,8 @@ def build(target: str | Path) -> Path:
     tokenizer.save_pretrained(target)
     torch.manual_seed(0)
     config = Qwen2Config(
-        vocab_size=len(tokenizer), hidden_size=128, intermediate_size=256, num_hidden_layers=2,
-        num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=2048,
+        vocab_size=len(tokenizer), hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=layers,
+        num_attention_heads=hidden // 64, num_key_value_heads=1,  # head_dim 64: vLLM's CPU attention needs it max_position_embeddings=2048,
         eos_token_id=tokenizer.convert_tokens_to_ids("<|im_end|>"), pad_token_id=tokenizer.pad_token_id,
         bos_token_id=None, tie_word_embeddings=True, torch_dtype="float32",
     )
@@ -52,4 +52,4 @@ def build(target: str | Path) -> Path:
 
 
 if __name__ == "__main__":
-    print(build(sys.argv[1]))
+    print(build(sys.argv[1], *(int(a) for a in sys.argv[2:4])))

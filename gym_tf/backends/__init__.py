@@ -3,6 +3,7 @@
 - `openai`: any OpenAI-compatible server (`base_url` given)
 - `embedded`: llama.cpp in-process on the packaged default model or a `model_file` (no `base_url`)
 - `vllm`: vLLM's engine in-process on a local HF model directory (`pip install gym-tf[vllm]`)
+- `transformers`: a local HF model or PEFT adapter directory (`pip install gym-tf[train]`), for trained outputs
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ class BackendConfig(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    backend: Literal["auto", "embedded", "openai", "vllm"] = Field(
+    backend: Literal["auto", "embedded", "openai", "vllm", "transformers"] = Field(
         "auto", description="auto: openai when base_url is set, else embedded"
     )
     base_url: str | None = Field(None, description="OpenAI-compatible server, e.g. http://127.0.0.1:8000/v1")
@@ -41,8 +42,8 @@ class BackendConfig(BaseModel):
     def _check(self) -> "BackendConfig":
         if self.backend == "openai" and not self.base_url:
             raise ValueError("backend 'openai' needs base_url (the server's /v1 address)")
-        if self.backend == "vllm" and not self.model:
-            raise ValueError("backend 'vllm' needs model (a local HF model directory)")
+        if self.backend in ("vllm", "transformers") and not self.model:
+            raise ValueError(f"backend {self.backend!r} needs model (a local HF model directory)")
         return self
 
     @property
@@ -76,4 +77,8 @@ async def make_backend(config: BackendConfig) -> Backend:
 
         extra = {"gpu_memory_utilization": config.gpu_memory_utilization} if config.gpu_memory_utilization else {}
         return VLLMBackend(config.model or "", max_model_len=config.n_ctx, **extra)
+    if kind == "transformers":
+        from gym_tf.backends.transformers_local import TransformersBackend
+
+        return TransformersBackend(config.model or "")
     raise ConfigError(f"unknown backend {kind!r}")
