@@ -18,7 +18,7 @@ from safetensors.torch import load_file  # noqa: E402
 from conftest import run_cli  # noqa: E402
 from gym_tf.backends.transformers_local import TransformersBackend  # noqa: E402
 from gym_tf.store import RunStore  # noqa: E402
-from gym_tf.train import TrainConfig, train, trl_args, trl_reward  # noqa: E402
+from gym_tf.train import TrainConfig, checkpointing_option, train, trl_args, trl_reward  # noqa: E402
 from rewards import majority_vote, regex_match  # noqa: E402
 
 TESTS = Path(__file__).parent
@@ -134,3 +134,15 @@ def test_cli_train_gspo_lora_then_eval_with_transformers(tiny, digits, tmp_path)
         assert "Mean@2" in evaluated.stdout and json.loads(report.read_text())["metrics"]["problems"] == 2
     runs = run_cli("runs", "--workspace", str(ws))
     assert "train" in runs.stdout
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (run on an accelerator machine)")
+def test_on_a_gpu_training_uses_bf16_and_activation_checkpointing(tiny, digits, tmp_path):
+    cfg = config(tiny, digits, tmp_path, method="gspo", lora=True, max_steps=2)
+    args = trl_args(cfg)
+    assert args.bf16 and getattr(args, checkpointing_option()) and not args.use_cpu
+    store = RunStore(tmp_path / "ws")
+    run_id, out = train(cfg, store)
+    assert [s["step"] for s in store.steps(run_id)] == [1, 2]
+    adapter = load_file(out / "adapter_model.safetensors")
+    assert any(v.abs().sum() > 0 for k, v in adapter.items() if "lora_B" in k)
