@@ -11,6 +11,7 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+from matplotlib.ticker import MaxNLocator  # noqa: E402
 
 from gym_tf.store import RunStore  # noqa: E402
 
@@ -30,6 +31,7 @@ def plot(store: RunStore, run_id: str, output: str) -> str:
     for s in steps:
         if s["status"] == "rejected":
             axis.axvline(s["step"], color="red", alpha=0.2)
+    axis.xaxis.set_major_locator(MaxNLocator(integer=True))
     axis.set_xlabel("step")
     axis.set_ylabel("reward")
     axis.set_ylim(-0.05, 1.05)

@@ -42,7 +42,7 @@ BaseUrl = Annotated[Optional[str], typer.Option(help="OpenAI-compatible server (
 Model = Annotated[Optional[str], typer.Option(help="model name on the server, or a local HF directory (vllm)")]
 ApiKey = Annotated[Optional[str], typer.Option(envvar="GYM_TF_API_KEY", help="API key for the server")]
 ModelFile = Annotated[Optional[str], typer.Option(help="a local GGUF file for the embedded backend")]
-BackendKind = Annotated[str, typer.Option(help="auto | embedded | openai | vllm")]
+BackendKind = Annotated[str, typer.Option(help="auto | embedded | openai | vllm | transformers")]
 Concurrency = Annotated[int, typer.Option(help="requests in flight at once")]
 Timeout = Annotated[float, typer.Option(help="per-request timeout, seconds")]
 Workspace = Annotated[Optional[Path], typer.Option(envvar="GYM_TF_WORKSPACE", help="workspace folder (default ./.gym-tf)")]
