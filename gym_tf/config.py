@@ -36,7 +36,7 @@ class OptimizeConfig(BaseModel):
     reward: str = Field("math", description="built-in reward name or module:function")
     rollout: RolloutConfig = Field(default_factory=RolloutConfig, description="how answers are sampled")
     learner_temperature: float = Field(0.3, ge=0, description="temperature of the learner's calls")
-    learner_max_tokens: int = Field(512, ge=16, description="longest learner reply, in tokens")
+    learner_max_tokens: int = Field(512, ge=1, description="longest learner reply, in tokens")
     max_ops_per_group: int = Field(2, ge=1, le=8, description="operations a group may propose")
     max_attempts: int = Field(3, ge=1, description="tries per learner reply before it is recorded as rejected")
     summarize: bool = Field(True, description="summarize each rollout before comparing (the paper's design); "

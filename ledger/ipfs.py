@@ -32,9 +32,9 @@ class Ipfs(Protocol):
 class KuboRPC:
     """Kubo's RPC API (`ipfs daemon`, default http://127.0.0.1:5001). Adds as CIDv1 with raw leaves and pins."""
 
-    def __init__(self, api_url: str, timeout: float = 30.0):
+    def __init__(self, api_url: str, timeout: float = 30.0, transport: httpx.BaseTransport | None = None):
         self.name = api_url
-        self.client = httpx.Client(base_url=api_url.rstrip("/") + "/api/v0", timeout=timeout)
+        self.client = httpx.Client(base_url=api_url.rstrip("/") + "/api/v0", timeout=timeout, transport=transport)
 
     def _post(self, path: str, **kwargs) -> httpx.Response:
         try:
@@ -63,9 +63,9 @@ class KuboRPC:
 class Gateway:
     """A read-only HTTP gateway (`GET /ipfs/CID`)."""
 
-    def __init__(self, url: str, timeout: float = 30.0):
+    def __init__(self, url: str, timeout: float = 30.0, transport: httpx.BaseTransport | None = None):
         self.name = url
-        self.client = httpx.Client(base_url=url.rstrip("/"), timeout=timeout, follow_redirects=True)
+        self.client = httpx.Client(base_url=url.rstrip("/"), timeout=timeout, follow_redirects=True, transport=transport)
 
     def add(self, data: bytes) -> str:
         raise TransportError(f"gateway {self.name} is read-only: publish through --ipfs-api or the embedded node")

@@ -23,7 +23,7 @@ from gym_tf.optimize import Optimizer
 from gym_tf.publishing import fetch, prove_consistency, publish, verify_anchor, verify_ledger, anchor_root
 from gym_tf.store import RunStore
 from ledger.cid import cid, cid_v0
-from ledger.errors import AnchorError, ProofError, SignatureError, TamperedError
+from ledger.errors import AnchorError, ProofError, SignatureError, TamperedError, TransportError
 from ledger.ipfs import EmbeddedNode
 from ledger.log import MerkleLog, verify_append_only, verify_entry
 from rewards import math_reward
@@ -304,3 +304,55 @@ def test_anchor_and_verify_on_anvil_through_the_cli(trained, anvil, tmp_path):
     other = RunStore(tmp_path / "other-history")
     foreign = run_cli("verify-anchor", tx, "--rpc-url", anvil, "--workspace", str(other.root))
     assert foreign.returncode == 1 and "never occurred in this log" in foreign.stderr
+
+
+# --- the Kubo RPC and gateway clients ----------------------------------------------------------------------------
+# No Kubo daemon can be installed on these machines (no binary in PyPI, Debian or npm that runs offline), so the
+# HTTP clients are checked at their seam: a transport that answers in the shapes of Kubo's documented RPC API
+# (multipart add with an NDJSON reply, POST only: GET gets 405) and of a path gateway.
+
+
+def kubo_transport():
+    import httpx
+
+    blobs: dict[str, bytes] = {}
+
+    def handle(request: httpx.Request) -> httpx.Response:
+        path = request.url.path
+        if path.startswith("/api/v0/") and request.method != "POST":
+            return httpx.Response(405, text="405 - Method Not Allowed")
+        if path == "/api/v0/add":
+            assert request.url.params["cid-version"] == "1" and request.url.params["raw-leaves"] == "true"
+            boundary = request.headers["content-type"].split("boundary=")[1].encode()
+            part = request.content.split(b"--" + boundary)[1]
+            data = part.split(b"\r\n\r\n", 1)[1].rsplit(b"\r\n", 1)[0]
+            blobs[cid(data)] = data
+            lines = [{"Name": "blob", "Bytes": len(data)}, {"Name": "blob", "Hash": cid(data), "Size": str(len(data))}]
+            return httpx.Response(200, text="\n".join(json.dumps(x) for x in lines) + "\n")
+        if path == "/api/v0/cat":
+            return httpx.Response(200, content=blobs[request.url.params["arg"]])
+        if path.startswith("/ipfs/"):
+            return httpx.Response(200, content=blobs[path.removeprefix("/ipfs/")])
+        if path == "/api/v0/version":
+            return httpx.Response(200, json={"Version": "0.22.0"})
+        return httpx.Response(404)
+
+    return httpx.MockTransport(handle)
+
+
+def test_kubo_rpc_and_gateway_clients_publish_and_fetch(trained, key, tmp_path):
+    from ledger.ipfs import Gateway, KuboRPC
+
+    store, library = trained
+    transport = kubo_transport()
+    rpc = KuboRPC("http://127.0.0.1:5001", transport=transport)
+    assert rpc.version() == "0.22.0"
+    published = publish(store, library.id, key, rpc)
+    assert published.library_address == library.id  # CIDv1 raw leaves: the node's address is the library's id
+    fetched, _ = fetch(RunStore(tmp_path / "via-rpc"), published.manifest_address, rpc, signer=key.address)
+    assert fetched == library
+    gateway = Gateway("http://127.0.0.1:8080", transport=transport)
+    fetched, _ = fetch(RunStore(tmp_path / "via-gateway"), published.manifest_address, gateway, signer=key.address)
+    assert fetched == library
+    with pytest.raises(TransportError, match="read-only"):
+        gateway.add(b"x")

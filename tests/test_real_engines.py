@@ -101,9 +101,10 @@ async def test_optimize_end_to_end_on_the_embedded_model(embedded, tmp_path):
 
 
 async def test_real_learner_prompted_badly_leaves_no_corrupt_version(embedded, tmp_path):
-    """16 tokens cannot hold a valid ops reply: every reply is truncated JSON, retried, then rejected."""
+    """5 tokens cannot hold even the shortest valid reply ({"operations":[{"op":"none"}]}): every reply is truncated
+    JSON, retried, then rejected."""
     store = RunStore(tmp_path / "ws")
-    config = OptimizeConfig(**{**TINY, "learner_max_tokens": 16, "max_attempts": 2, "summarize": False,
+    config = OptimizeConfig(**{**TINY, "learner_max_tokens": 5, "max_attempts": 2, "summarize": False,
                                "hard_groups": "reference"})
     result = await Optimizer(config, store, embedded).run()
     assert result.library.items == () and store.versions(result.run_id) == []

