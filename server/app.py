@@ -10,7 +10,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-import httpx
+import aiohttp
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
@@ -86,7 +86,7 @@ def create_app(upstream: Upstream, store: RunStore, config: ServerConfig | None 
     async def lifespan(app: FastAPI):
         try:
             await upstream.start()
-        except httpx.HTTPError:
+        except (aiohttp.ClientError, asyncio.TimeoutError):
             pass  # a dead upstream is not fatal: readiness reports it, requests get 502
         yield
         await upstream.aclose()
