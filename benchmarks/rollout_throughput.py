@@ -3,7 +3,8 @@
     python benchmarks/rollout_throughput.py                 # embedded model and llama-cpp-python's server
     python benchmarks/rollout_throughput.py --only embedded
 
-Each arm runs the same prompts with the same seeds and token limit; throughput is completion tokens per second.
+Each arm does the same work, a rollout being an answer plus its score: the same prompts, seeds, sampling and token
+limit, each group scored by the same reward. Throughput is completion tokens per second.
 The ratio that matters: gym-tf / best plain client at the same concurrency (target >= 0.95: the backend is the
 limit, not gym-tf). Arms run in alternating order, several times, and the best of each is kept, against machine noise.
 """
@@ -28,9 +29,10 @@ from gym_tf.backends.embedded import EmbeddedBackend, default_model_path  # noqa
 from gym_tf.backends.openai_http import OpenAIBackend  # noqa: E402
 from gym_tf.datasets import load_dataset  # noqa: E402
 from gym_tf.rollouts import build_messages, group_seed, rollout_many  # noqa: E402
-from rewards import math_reward  # noqa: E402
+from rewards import load_reward  # noqa: E402
 
 console = Console()
+REWARD = load_reward("math")
 
 
 def workload(problems: int):
@@ -40,20 +42,23 @@ def workload(problems: int):
 async def gym_tf_arm(backend, problems, group, max_tokens) -> tuple[int, float]:
     start = time.perf_counter()
     groups = await rollout_many(backend, problems, "", group, Sampling(temperature=0.7, max_tokens=max_tokens),
-                                math_reward, seed=0)
+                                REWARD, seed=0)
     elapsed = time.perf_counter() - start
     return sum(r.completion_tokens for g in groups.values() for r in g), elapsed
 
 
 def plain_llama_arm(llama, problems, group, max_tokens) -> tuple[int, float]:
-    """What a user would write by hand: a loop over problems and samples, calling llama.cpp directly."""
+    """What a user would write by hand: a loop over problems and samples calling llama.cpp, scoring each group."""
     start, tokens = time.perf_counter(), 0
     for problem in problems:
         seed = group_seed(0, "", problem.id)
+        texts = []
         for i in range(group):
             reply = llama.create_chat_completion(messages=build_messages(problem, ""), temperature=0.7, top_p=1.0,
                                                  max_tokens=max_tokens, seed=seed + i)
             tokens += reply["usage"]["completion_tokens"]
+            texts.append(reply["choices"][0]["message"]["content"])
+        REWARD(texts, answer=problem.answer)
     return tokens, time.perf_counter() - start
 
 
@@ -67,10 +72,15 @@ async def plain_http_arm(base_url, model, problems, group, max_tokens, concurren
             reply = await client.chat.completions.create(
                 model=model, messages=build_messages(problem, ""), temperature=0.7, top_p=1.0, max_tokens=max_tokens,
                 seed=group_seed(0, "", problem.id) + i)
-            return reply.usage.completion_tokens
+            return reply.usage.completion_tokens, reply.choices[0].message.content
+
+    async def group_of(problem):
+        replies = await asyncio.gather(*(one(problem, i) for i in range(group)))
+        REWARD([text for _, text in replies], answer=problem.answer)
+        return sum(tokens for tokens, _ in replies)
 
     start = time.perf_counter()
-    tokens = sum(await asyncio.gather(*(one(p, i) for p in problems for i in range(group))))
+    tokens = sum(await asyncio.gather(*(group_of(p) for p in problems)))
     elapsed = time.perf_counter() - start
     await client.close()
     return tokens, elapsed
@@ -153,7 +163,9 @@ if __name__ == "__main__":
     parser.add_argument("--concurrency", type=int, default=4)
     parser.add_argument("--repeats", type=int, default=4)
     parser.add_argument("--only", choices=["embedded", "server"])
+    parser.add_argument("--reward", default="math", help="the reward every arm scores with")
     args = parser.parse_args()
+    REWARD = load_reward(args.reward)
     if args.only != "server":
         bench_embedded(args)
     if args.only != "embedded":
