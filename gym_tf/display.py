@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import datetime as dt
-
 from rich.console import Group
 from rich.table import Table
 from rich.text import Text
@@ -65,7 +63,3 @@ def progress_line(p: Progress) -> str:
     return (f"epoch {p.epoch} step {p.step}/{p.total_steps} | rollouts {p.rollouts} reward {p.mean_reward:.3f} | "
             f"groups {p.groups_used} used {p.groups_skipped} skipped | ops {p.ops_applied} applied "
             f"{p.ops_rejected} rejected | library {p.library_size} | tokens {p.tokens}{val}")
-
-
-def when(timestamp: float) -> str:
-    return dt.datetime.fromtimestamp(timestamp).strftime("%Y-%m-%d %H:%M")

@@ -13,7 +13,6 @@ from typing import Any
 from eth_account.signers.local import LocalAccount
 from pydantic import ValidationError
 
-from gym_tf.errors import StoreError
 from gym_tf.library import LibraryVersion
 from gym_tf.store import RunStore
 from ledger.cid import check, cid
@@ -21,12 +20,6 @@ from ledger.errors import TamperedError
 from ledger.ipfs import Ipfs
 from ledger.log import verify_append_only, verify_entry
 from ledger.manifest import check_signature, read_manifest, sign_manifest
-
-
-def _ledger(store: RunStore):
-    if store.ledger is None:
-        raise StoreError("this store has no ledger (an in-memory store)")
-    return store.ledger
 
 
 @dataclass(frozen=True)
@@ -39,7 +32,7 @@ class Publication:
 def publish(store: RunStore, version_id: str, account: LocalAccount, ipfs: Ipfs) -> Publication:
     """Put a version and its signed manifest (CID, parent, log root and inclusion proof, config hash, evaluation,
     model) on IPFS. Returns the manifest's address: what others `fetch`."""
-    log = _ledger(store)
+    log = store.ledger
     version = store.version(version_id)
     row = store.version_row(version.id)
     size = log.size
@@ -98,7 +91,7 @@ def fetch(store: RunStore, address: str, ipfs: Ipfs, signer: str | None = None) 
 def verify_ledger(store: RunStore) -> tuple[int, str]:
     """Re-derive every version's CID from its stored bytes and every leaf and the root from the log; raise
     TamperedError naming the first bad entry. Returns (entries, root)."""
-    log = _ledger(store)
+    log = store.ledger
     for row in store.db.query("select id, content, leaf_index from versions order by leaf_index"):
         if cid(row["content"].encode()) != row["id"]:
             raise TamperedError(f"version {row['id']}: stored content no longer hashes to its CID")
@@ -112,7 +105,7 @@ def verify_ledger(store: RunStore) -> tuple[int, str]:
 
 
 def prove_version(store: RunStore, version_id: str) -> dict[str, Any]:
-    log = _ledger(store)
+    log = store.ledger
     version = store.version(version_id)
     index = store.version_row(version.id)["leaf_index"]
     return {"version": version.id, "leaf_index": index, "log_entry": log.entry(index).decode(), "tree_size": log.size,
@@ -121,7 +114,7 @@ def prove_version(store: RunStore, version_id: str) -> dict[str, Any]:
 
 def prove_consistency(store: RunStore, old_root: str) -> dict[str, Any]:
     """Proof that today's log extends the one that had `old_root`; verified here before it is returned."""
-    log = _ledger(store)
+    log = store.ledger
     old_size = log.size_of_root(old_root)
     proof = log.prove_consistency(old_size)
     verify_append_only(old_root, log.root(), proof)
@@ -132,7 +125,7 @@ def anchor_root(store: RunStore, w3: Any, account: LocalAccount, rpc_url: str = 
     """Write the log's current root to the chain. Returns (transaction hash, root, tree size)."""
     from ledger.chain import anchor
 
-    log = _ledger(store)
+    log = store.ledger
     root, size = log.root(), log.size
     tx = anchor(w3, account, root)
     store.db["anchors"].insert({"tx": tx, "root": root, "tree_size": size, "rpc_url": rpc_url, "created": time.time()},

@@ -39,20 +39,16 @@ def rollout_key(run_id: str, step: int, problem_id: str, sample: int) -> str:
 
 
 class RunStore:
-    def __init__(self, workspace: str | Path | None = None, memory: bool = False):
-        self.root: Path | None = None
-        if memory:
-            self.db = Database(memory=True)
-        else:
-            self.root = workspace_path(workspace)
-            self.root.mkdir(parents=True, exist_ok=True)
-            # One connection, used by one thread at a time (the CLI's, or the server's event loop thread).
-            self.db = Database(sqlite3.connect(self.root / "gym-tf.db", check_same_thread=False))
-            self.db.enable_wal()
-            self.db.execute("PRAGMA synchronous=NORMAL")
+    def __init__(self, workspace: str | Path | None = None):
+        self.root = workspace_path(workspace)
+        self.root.mkdir(parents=True, exist_ok=True)
+        # One connection, used by one thread at a time (the CLI's, or the server's event loop thread).
+        self.db = Database(sqlite3.connect(self.root / "gym-tf.db", check_same_thread=False))
+        self.db.enable_wal()
+        self.db.execute("PRAGMA synchronous=NORMAL")
         # The Merkle log lives in the same file (pymerkle's `leaf` table), so a version and its log entry commit
         # in one transaction.
-        self.ledger = MerkleLog(self.root / "gym-tf.db") if self.root else None
+        self.ledger = MerkleLog(self.root / "gym-tf.db")
         self._create()
 
     def _create(self) -> None:
@@ -188,10 +184,8 @@ class RunStore:
                  "config_hash": config_hash, "evaluation": json.dumps(evaluation or {}), "leaf_index": leaf_index},
             )
 
-    def _log(self, version: LibraryVersion, run_id: str, status: str, ops: list[Any]) -> int | None:
+    def _log(self, version: LibraryVersion, run_id: str, status: str, ops: list[Any]) -> int:
         """Append the version's log entry: its CID, its parent's, the digest of the ops that made it."""
-        if self.ledger is None:
-            return None
         entry = canonical({"version": version.id, "parent": version.parent, "run": run_id, "step": version.step,
                            "status": status, "ops_sha256": hashlib.sha256(canonical(ops)).hexdigest()})
         self.db.execute("INSERT INTO leaf(entry, hash) VALUES (?, ?)", [entry, leaf_hash(entry)])

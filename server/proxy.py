@@ -10,7 +10,6 @@ import asyncio
 import json
 from typing import Any, AsyncIterator
 
-from server.errors import OpenAIError
 from server.upstream import Upstream, wait_all
 
 
@@ -137,8 +136,3 @@ def _count_usage(chunk: bytes, on_usage) -> None:
                 continue  # an event split across network chunks: its usage goes uncounted, the client still gets it
             if usage:
                 on_usage(usage)
-
-
-def ensure_ok(status: int, reply: dict[str, Any]) -> None:
-    if status >= 400 and "error" not in reply:
-        raise OpenAIError(status, json.dumps(reply)[:500])
