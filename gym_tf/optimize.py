@@ -193,7 +193,7 @@ class Optimizer:
                  "ops_applied": sum(v.accepted for v in verdicts), "ops_rejected": sum(not v.accepted for _, v in all_verdicts),
                  "val_mean": evaluation["val_mean"] if evaluation else None}
         self.store.commit_step(self.run_id, step, epoch, batch_index, library, candidate, all_verdicts, status,
-                               self.store.usage(self.run_id), stats, status, self.cfg_hash, evaluation)
+                               self.store.usage(self.run_id), stats, self.cfg_hash, evaluation)
         new_library = candidate if status == "promoted" else library
         self.progress.library_size = len(new_library.items)
         self._notify()

@@ -15,6 +15,7 @@ import uuid
 from pathlib import Path
 from typing import Any, Iterator
 
+from pydantic import BaseModel
 from sqlite_utils import Database
 
 from gym_tf.errors import UnknownRun, UnknownVersion
@@ -209,17 +210,18 @@ class RunStore:
 
     def commit_step(self, run_id: str, step: int, epoch: int, batch: int, before: LibraryVersion,
                     after: LibraryVersion, verdicts: list[tuple[str, OpVerdict]], status: str, tokens: dict,
-                    stats: dict, version_status: str, cfg_hash: str, evaluation: dict | None = None) -> None:
-        """Everything a step decided, in one transaction: the new version, every op verdict, the step row and the
-        run's current version. A crash before COMMIT leaves the store exactly as the previous step left it."""
-        current = after.id if version_status == "promoted" else before.id
+                    stats: dict, cfg_hash: str, evaluation: dict | None = None) -> None:
+        """Everything a step decided, in one transaction: the new version (`status` promoted or rejected), every op
+        verdict, the step row and the run's current version. A crash before COMMIT leaves the store exactly as the
+        previous step left it."""
+        current = after.id if status == "promoted" else before.id
         with self.db.atomic():
             if after.id != before.id:
                 applied = [json.loads(v.op.model_dump_json()) for stage, v in verdicts if stage == "apply" and v.accepted]
-                self.put_version(after, run_id, version_status, cfg_hash, evaluation, applied)
+                self.put_version(after, run_id, status, cfg_hash, evaluation, applied)
             self.db["ops"].insert_all(
                 [{"run_id": run_id, "step": step, "seq": seq, "stage": stage, "version_id": after.id,
-                  "op": v.op.model_dump_json() if hasattr(v.op, "model_dump_json") else json.dumps(v.op),
+                  "op": v.op.model_dump_json() if isinstance(v.op, BaseModel) else json.dumps(v.op),
                   "accepted": int(v.accepted), "reason": v.reason}
                  for seq, (stage, v) in enumerate(verdicts)],
                 replace=True,

@@ -76,7 +76,7 @@ class EmbeddedBackend:
         self.llama = Llama(
             model_path=str(path), n_ctx=n_ctx, n_threads=threads or os.cpu_count(), verbose=False, seed=0
         )
-        self._lock = threading.Lock()  # a thread lock: the engine is shared by event loops and threads
+        self._lock = threading.Lock()  # one llama context: callers on several threads take turns
 
     def describe(self) -> str:
         return f"embedded llama.cpp {self.path.name}"
