@@ -1,7 +1,11 @@
 """Rollout throughput: gym-tf's rollout engine versus a plain client on the same backend, in the same run.
 
-    python benchmarks/rollout_throughput.py                 # embedded model and llama-cpp-python's server
+    python benchmarks/rollout_throughput.py                 # embedded model and llama.cpp's server on loopback
     python benchmarks/rollout_throughput.py --only embedded
+
+It first prints the CPU, its vector flags and what the llama.cpp build uses, then the engine's tok/s on this CPU.
+If llama-cpp-python is installed (a native build, compiled for this very CPU), the embedded table adds it as an arm:
+the price of the portable prebuilt engine, measured in the same run.
 
 Each arm does the same work, a rollout being an answer plus its score: the same prompts, seeds, sampling and token
 limit, each group scored by the same reward. Throughput is completion tokens per second.
@@ -25,9 +29,10 @@ from rich.table import Table
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
 from gym_tf.backends import Sampling  # noqa: E402
-from gym_tf.backends.embedded import EmbeddedBackend, default_model_path  # noqa: E402
+from gym_tf.backends.embedded import EmbeddedBackend, default_model_path, engine_features  # noqa: E402
 from gym_tf.backends.openai_http import OpenAIBackend  # noqa: E402
 from gym_tf.datasets import load_dataset  # noqa: E402
+from gym_tf.library import EMPTY_LIBRARY  # noqa: E402
 from gym_tf.rollouts import build_messages, group_seed, rollout_many  # noqa: E402
 from rewards import load_reward  # noqa: E402
 
@@ -41,25 +46,38 @@ def workload(problems: int):
 
 async def gym_tf_arm(backend, problems, group, max_tokens) -> tuple[int, float]:
     start = time.perf_counter()
-    groups = await rollout_many(backend, problems, "", group, Sampling(temperature=0.7, max_tokens=max_tokens),
+    groups = await rollout_many(backend, problems, EMPTY_LIBRARY, group, Sampling(temperature=0.7, max_tokens=max_tokens),
                                 REWARD, seed=0)
     elapsed = time.perf_counter() - start
     return sum(r.completion_tokens for g in groups.values() for r in g), elapsed
 
 
-def plain_llama_arm(llama, problems, group, max_tokens) -> tuple[int, float]:
-    """What a user would write by hand: a loop over problems and samples calling llama.cpp, scoring each group."""
+def plain_engine_arm(complete, problems, group, max_tokens) -> tuple[int, float]:
+    """What a user would write by hand: a loop over problems and samples calling the engine, scoring each group.
+    `complete` takes and returns an OpenAI-shaped chat completion dict."""
     start, tokens = time.perf_counter(), 0
     for problem in problems:
         seed = group_seed(0, "", problem.id)
         texts = []
         for i in range(group):
-            reply = llama.create_chat_completion(messages=build_messages(problem, ""), temperature=0.7, top_p=1.0,
-                                                 max_tokens=max_tokens, seed=seed + i)
+            reply = complete(dict(messages=build_messages(problem)[0], temperature=0.7, top_p=1.0, max_tokens=max_tokens,
+                                  seed=seed + i))
             tokens += reply["usage"]["completion_tokens"]
             texts.append(reply["choices"][0]["message"]["content"])
         REWARD(texts, answer=problem.answer)
     return tokens, time.perf_counter() - start
+
+
+def cpu_report() -> str:
+    """The CPU's name, the vector flags that decide llama.cpp's kernels, and what the installed build uses."""
+    info = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").exists() else ""
+    name = next((line.split(":", 1)[1].strip() for line in info.splitlines() if line.startswith("model name")), "?")
+    flags = next((line.split(":", 1)[1].split() for line in info.splitlines() if line.startswith("flags")), [])
+    wanted = ["avx2", "fma", "f16c", "avx512f", "avx512_vnni", "avx512_bf16", "avx_vnni", "amx_tile", "amx_int8",
+              "amx_bf16"]
+    used = [name for name, on in engine_features().items() if on == "1"]
+    return (f"CPU: {name}; flags: {' '.join(f for f in wanted if f in flags) or 'none of ' + ','.join(wanted)}; "
+            f"llama.cpp build uses: {' '.join(used)}")
 
 
 async def plain_http_arm(base_url, model, problems, group, max_tokens, concurrency) -> tuple[int, float]:
@@ -70,7 +88,7 @@ async def plain_http_arm(base_url, model, problems, group, max_tokens, concurren
     async def one(problem, i):
         async with slots:
             reply = await client.chat.completions.create(
-                model=model, messages=build_messages(problem, ""), temperature=0.7, top_p=1.0, max_tokens=max_tokens,
+                model=model, messages=build_messages(problem)[0], temperature=0.7, top_p=1.0, max_tokens=max_tokens,
                 seed=group_seed(0, "", problem.id) + i)
             return reply.usage.completion_tokens, reply.choices[0].message.content
 
@@ -105,23 +123,35 @@ def keep_best(results, name, value):
 
 def bench_embedded(args) -> None:
     problems = workload(args.problems)
-    backend = EmbeddedBackend()
+    backend = EmbeddedBackend(threads=args.threads)
     results: dict[str, tuple[int, float]] = {}
     arms = [
-        ("plain llama.cpp loop", lambda: plain_llama_arm(backend.llama, problems, args.group, args.max_tokens)),
+        ("plain loop on the engine", lambda: plain_engine_arm(backend.server.handle_chat_completions, problems,
+                                                              args.group, args.max_tokens)),
         ("gym-tf engine", lambda: asyncio.run(gym_tf_arm(backend, problems, args.group, args.max_tokens))),
     ]
+    try:  # a native llama.cpp build, if this machine has one, for the price of portability
+        from llama_cpp import Llama
+
+        native = Llama(model_path=str(default_model_path()), n_ctx=4096, n_threads=args.threads, verbose=False)
+        arms.append(("llama-cpp-python, native build", lambda: plain_engine_arm(
+            lambda request: native.create_chat_completion(**request), problems, args.group, args.max_tokens)))
+    except ImportError:
+        pass
     for repeat in range(args.repeats):
         for name, arm in arms if repeat % 2 == 0 else arms[::-1]:
             keep_best(results, name, arm())
-    report("embedded (llama.cpp in-process)", results, "plain llama.cpp loop", "gym-tf engine")
+    report(f"embedded (llama.cpp in-process, {args.threads} threads)", results, "plain loop on the engine",
+           "gym-tf engine")
+    tokens, seconds = results["gym-tf engine"]
+    console.print(f"engine throughput on this CPU: {tokens / seconds:.1f} tok/s (target >= 18 on 2 threads)")
 
 
 def bench_server(args) -> None:
     port = 8765
-    server = subprocess.Popen(
-        [sys.executable, "-m", "llama_cpp.server", "--model", str(default_model_path()), "--host", "127.0.0.1",
-         "--port", str(port), "--model_alias", "m"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    server = subprocess.Popen(  # llama.cpp's own server in a child process (tests/llama_server.py)
+        [sys.executable, str(Path(__file__).resolve().parents[1] / "tests" / "llama_server.py"),
+         str(default_model_path()), str(port), "m"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         url = f"http://127.0.0.1:{port}/v1"
         import httpx
@@ -148,7 +178,7 @@ def bench_server(args) -> None:
                     await backend.aclose()
 
             keep_best(results, "gym-tf engine", asyncio.run(ours()))
-        report("OpenAI-compatible server (llama-cpp-python on loopback)", results, "plain client, sequential",
+        report("OpenAI-compatible server (llama.cpp's server on loopback)", results, "plain client, sequential",
                "gym-tf engine")
     finally:
         server.terminate()
@@ -163,9 +193,11 @@ if __name__ == "__main__":
     parser.add_argument("--concurrency", type=int, default=4)
     parser.add_argument("--repeats", type=int, default=4)
     parser.add_argument("--only", choices=["embedded", "server"])
+    parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--reward", default="math", help="the reward every arm scores with")
     args = parser.parse_args()
     REWARD = load_reward(args.reward)
+    console.print(cpu_report(), highlight=False)
     if args.only != "server":
         bench_embedded(args)
     if args.only != "embedded":

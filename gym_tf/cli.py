@@ -9,6 +9,7 @@ import asyncio
 import functools
 import json
 import sys
+import time
 from pathlib import Path
 from typing import Annotated, Any, Callable, Optional
 
@@ -17,14 +18,13 @@ from pydantic import ValidationError
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from gym_tf.backends import BackendConfig, Sampling, make_backend
+from gym_tf.backends import BackendConfig, make_backend
 from gym_tf.config import OptimizeConfig, RolloutConfig
 from gym_tf.datasets import load_dataset
 from gym_tf.display import diff_text, library_table, metrics_table, progress_line, runs_table
 from gym_tf.errors import GymTFError
 from ledger.errors import LedgerError
-from gym_tf.evaluate import evaluate
-from gym_tf.library import render_library, short
+from gym_tf.library import render_library, short, with_policy
 from gym_tf.library_io import diff_versions, export_library, read_library_file, resolve_library
 from gym_tf.optimize import Optimizer, resume_config
 from gym_tf.store import RunStore
@@ -83,14 +83,18 @@ def backend_config(backend: str, base_url: str | None, model: str | None, api_ke
 def eval_command(
     dataset: Annotated[str, typer.Option(help="problems file, `datasets` directory, or `quickstart`")] = "quickstart",
     samples: Annotated[int, typer.Option("--samples", "-k", help="samples per problem (k)")] = 4,
-    library: Annotated[Optional[str], typer.Option(help="version id, `latest`, or an exported library file")] = None,
+    library: Annotated[Optional[list[str]], typer.Option(
+        help="`none`, a version id, `latest`, or an exported library file; repeat to compare several on the same "
+             "problems and seeds (the first is the baseline; `none` is added first if missing)")] = None,
     reward: Annotated[str, typer.Option(help="reward name or module:function")] = "math",
     limit: Annotated[Optional[int], typer.Option(help="only the first N problems")] = None,
     temperature: float = 0.7,
     max_completion_tokens: Annotated[int, typer.Option(help="longest answer, tokens")] = 512,
-    max_library_tokens: Annotated[Optional[int], typer.Option(help="cap on the rendered library")] = 1024,
+    max_library_tokens: Annotated[Optional[int], typer.Option(
+        help="override the cap each version records (default: render it as its run did)")] = None,
     seed: int = 0,
     report: Annotated[Path, typer.Option(help="JSON report file")] = Path("eval-report.json"),
+    plot: Annotated[Optional[Path], typer.Option(help="PNG of the comparison (default: beside the report)")] = None,
     problem_field: ProblemField = None,
     answer_field: AnswerField = None,
     backend: BackendKind = "auto",
@@ -102,10 +106,21 @@ def eval_command(
     timeout: Timeout = 600.0,
     workspace: Workspace = None,
 ) -> None:
-    """Mean@k, Pass@k and majority-vote accuracy, with bootstrap 95% intervals, for a library (default: none)."""
+    """Mean@k, Pass@k and majority@k with 95% intervals for one library, or a paired comparison of several."""
+    from gym_tf.compare import compare, plot as plot_comparison
+    from gym_tf.display import comparison_table
+
     problems = load_dataset(dataset, problem_field, answer_field, require_answer=reward not in ANSWER_FREE, limit=limit)
     store = RunStore(workspace)
-    lib = resolve_library(store, library)
+    refs = ["none" if r in ("none", "empty") else r for r in (library or ["none"])]
+    if len(refs) > 1 and refs[0] != "none":
+        refs = ["none", *[r for r in refs if r != "none"]]
+    arms = []
+    for ref in refs:
+        lib = resolve_library(store, None if ref == "none" else ref)
+        if max_library_tokens is not None:
+            lib = with_policy(lib, lib.policy.model_copy(update={"max_tokens": max_library_tokens}))
+        arms.append((ref, lib, learning_tokens(store, lib)))
     config = backend_config(backend, base_url, model, api_key, model_file, concurrency, timeout)
     sampling = RolloutConfig(temperature=temperature, max_completion_tokens=max_completion_tokens).sampling()
 
@@ -113,19 +128,72 @@ def eval_command(
         engine = await make_backend(config)
         try:
             scorer = load_reward(reward, judge_backend=engine)
-            with Progress(TextColumn("eval"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                          console=err) as bar:
-                task = bar.add_task("eval", total=len(problems))
-                return await evaluate(engine, problems, scorer, samples, sampling, lib, max_library_tokens, seed,
-                                      on_group=lambda p, g: bar.advance(task))
+            with progress_bar("eval", len(problems) * len(arms)) as advance:
+                return await compare(engine, problems, scorer, samples, sampling, arms, seed,
+                                     on_group=lambda name, p, g: advance(f"eval library {name}", key=name))
         finally:
             await engine.aclose()
 
     result = asyncio.run(main())
-    result.extra["dataset"] = dataset
+    result.extra.update(dataset=dataset, model=result.baseline.report.model)
+    if len(arms) == 1:
+        only = result.baseline.report
+        only.extra["dataset"] = dataset
+        only.write(report)
+        console.print(metrics_table(only.metrics, f"{only.model} | library {short(arms[0][1].id)} ({len(arms[0][1].items)} items)"))
+        console.print(f"tokens: {only.prompt_tokens} prompt + {only.completion_tokens} completion; report: {report}")
+        return
+    result.extra["reports"] = {a.name: a.report.to_dict() for a in result.arms}
     result.write(report)
-    console.print(metrics_table(result.metrics, f"{result.model} | library {short(lib.id)} ({len(lib.items)} items)"))
-    console.print(f"tokens: {result.prompt_tokens} prompt + {result.completion_tokens} completion; report: {report}")
+    picture = plot or report.with_suffix(".png")
+    plot_comparison(result, picture, f"{result.baseline.report.model}: {dataset}, {len(problems)} problems x {samples}")
+    console.print(comparison_table(result))
+    console.print(f"report: {report}; plot: {picture}", highlight=False)
+
+
+def learning_tokens(store: RunStore, lib: Any) -> int:
+    """Tokens the run that made this version spent, all stages (0 for no library or one from a file)."""
+    try:
+        run_id = store.version_row(lib.id)["run_id"]
+    except Exception:  # noqa: BLE001 - a library read from a file or an unrecorded re-rendering: unknown cost
+        return 0
+    return sum(u["prompt"] + u["completion"] for u in store.usage(run_id).values()) if run_id else 0
+
+
+class progress_bar:
+    """A bar on a terminal; where stderr is no terminal (CI, nohup, a job runner), a plain line at least every
+    `every` seconds and on each `advance(label)` whose label changed, so a log shows the command alive."""
+
+    def __init__(self, label: str, total: int | None, every: float = 30.0):
+        self.label, self.total, self.every = label, total, every
+        self.done, self.last_line, self.last_label = 0, 0.0, None
+        self.start = time.monotonic()
+
+    def __enter__(self) -> Callable[..., None]:
+        if err.is_terminal:
+            self.bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                                TimeElapsedColumn(), console=err)
+            self.bar.__enter__()
+            self.task = self.bar.add_task(self.label, total=self.total)
+        return self.advance
+
+    def advance(self, label: str | None = None, completed: int | None = None, total: int | None = None,
+                key: object = None) -> None:
+        self.done = self.done + 1 if completed is None else completed
+        self.total = total if total is not None else self.total
+        if err.is_terminal:
+            self.bar.update(self.task, completed=self.done, total=self.total, description=label or self.label)
+            return
+        now = time.monotonic()
+        key = label if key is None else key
+        if key != self.last_label or now - self.last_line >= self.every:
+            of = f"/{self.total}" if self.total else ""
+            print(f"[{now - self.start:5.0f}s] {label or self.label} ({self.done}{of})", file=sys.stderr, flush=True)
+            self.last_line, self.last_label = now, key
+
+    def __exit__(self, *exc: object) -> None:
+        if err.is_terminal:
+            self.bar.__exit__(*exc)
 
 
 # --- optimize ---------------------------------------------------------------------------------------------------------
@@ -146,6 +214,9 @@ def optimize(
     max_tokens: Annotated[Optional[int], typer.Option(help="token budget for the whole run")] = None,
     max_completion_tokens: Annotated[int, typer.Option(help="longest answer, tokens")] = 512,
     max_library_tokens: Annotated[Optional[int], typer.Option(help="cap on the rendered library")] = 1024,
+    retrieve_lessons: Annotated[Optional[int], typer.Option(help="show each problem only its N most relevant lessons")] = None,
+    examples_per_prompt: Annotated[int, typer.Option(help="worked examples shown per problem (most relevant first)")] = 2,
+    worked_examples: Annotated[bool, typer.Option(help="keep verified correct answers as worked examples")] = True,
     temperature: float = 0.7,
     summarize: Annotated[bool, typer.Option(help="summarize each rollout first (paper's design)")] = True,
     hard_groups: Annotated[str, typer.Option(help="all-fail groups: skip | reference")] = "skip",
@@ -178,6 +249,7 @@ def optimize(
             dataset=dataset, problem_field=problem_field, answer_field=answer_field, limit=limit, epochs=epochs,
             batch_size=batch_size, group_size=group_size, seed=seed, reward=reward, val_dataset=val_dataset,
             val_samples=val_samples, max_tokens=max_tokens, max_library_tokens=max_library_tokens,
+            retrieve_lessons=retrieve_lessons, examples_per_prompt=examples_per_prompt, worked_examples=worked_examples,
             summarize=summarize, hard_groups=hard_groups,
             rollout=RolloutConfig(temperature=temperature, max_completion_tokens=max_completion_tokens),
             backend=backend_config(backend, base_url, model, api_key, model_file, concurrency, timeout), learner=learner,
@@ -187,17 +259,16 @@ def optimize(
         engine = await make_backend(config.backend)
         learner_engine = await make_backend(config.learner) if config.learner else None
         try:
-            with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                          console=err, transient=False) as bar:
-                task = bar.add_task("starting", total=None)
+            with progress_bar("starting", None) as advance:
 
                 def show(p):
-                    bar.update(task, description=progress_line(p), total=p.total_steps, completed=max(0, p.step - 1))
+                    advance(progress_line(p), completed=max(0, p.step - 1), total=p.total_steps, key=(p.epoch, p.step))
 
                 optimizer = Optimizer(config, store, engine, learner_engine, run_id=run_id, on_progress=show)
                 err.print(f"run {optimizer.run_id} on {engine.describe()}", highlight=False)
                 result = await optimizer.run()
-                bar.update(task, completed=result.progress.total_steps if result.status == "finished" else result.progress.step)
+                advance(progress_line(result.progress), total=result.progress.total_steps,
+                        completed=result.progress.total_steps if result.status == "finished" else result.progress.step)
                 return result
         finally:
             await engine.aclose()
@@ -211,6 +282,9 @@ def optimize(
     for note in result.progress.notes:
         console.print(note)
     console.print(f"run {result.run_id} {result.status}; library {short(result.library.id)}")
+    if result.library.items:
+        console.print(f"compare it with no library on held-out problems: gym-tf eval --dataset HELD_OUT.jsonl "
+                      f"--library none --library {short(result.library.id)} -k 4", highlight=False)
 
 
 # --- gradient training ----------------------------------------------------------------------------------------------
@@ -219,7 +293,7 @@ def optimize(
 @app.command()
 @fails_cleanly
 def train(
-    model: Annotated[str, typer.Option(help="local Hugging Face model directory")],
+    model: Annotated[Optional[str], typer.Option(help="local Hugging Face model directory (not with --resume)")] = None,
     method: Annotated[str, typer.Option(help="grpo | gspo")] = "grpo",
     dataset: Annotated[str, typer.Option(help="training problems file, `datasets` directory, or `quickstart`")] = "quickstart",
     reward: Annotated[str, typer.Option(help="reward name or module:function")] = "math",
@@ -230,7 +304,8 @@ def train(
     merge: Annotated[bool, typer.Option(help="also write the adapter merged into a full model (OUTPUT/merged)")] = False,
     group_size: Annotated[int, typer.Option("--group-size", "-G")] = 4,
     prompts_per_step: int = 2,
-    max_steps: int = 10,
+    max_steps: Annotated[Optional[int], typer.Option(help="optimizer steps [default: 10]; with --resume, raise it "
+                                                          "to train on past the run's end")] = None,
     learning_rate: float = 1e-5,
     beta: Annotated[float, typer.Option(help="KL coefficient to the frozen reference")] = 0.0,
     num_iterations: Annotated[int, typer.Option(help="policy updates per generated batch")] = 1,
@@ -238,30 +313,40 @@ def train(
     limit: Optional[int] = None,
     seed: int = 0,
     output: Annotated[Path, typer.Option(help="checkpoints and the final adapter / model")] = Path("gym-tf-train"),
-    resume: Annotated[bool, typer.Option(help="continue from the last checkpoint in OUTPUT")] = False,
+    resume: Annotated[Optional[str], typer.Option(help="continue a train run by id, with its own settings, from the "
+                                                       "last checkpoint in its output folder")] = None,
     workspace: Workspace = None,
 ) -> None:
     """Gradient RL (GRPO / GSPO, optionally LoRA) on the same data and rewards as optimize (needs gym-tf[train])."""
-    from gym_tf.train import TrainConfig, merge_adapter
+    from gym_tf.errors import ConfigError
+    from gym_tf.train import TrainConfig, merge_adapter, resume_train_config
     from gym_tf.train import train as run_training
 
-    config = TrainConfig(method=method, model=model, dataset=dataset, reward=reward, lora=lora, lora_rank=lora_rank,
-                         lora_alpha=lora_alpha, rslora=rslora, group_size=group_size, prompts_per_step=prompts_per_step,
-                         max_steps=max_steps, learning_rate=learning_rate, beta=beta, num_iterations=num_iterations,
-                         max_completion_tokens=max_completion_tokens, limit=limit, seed=seed, output_dir=str(output))
     store = RunStore(workspace)
+    if resume:
+        run_id, config = resume_train_config(store, resume, max_steps)
+    elif model is None:
+        raise ConfigError("--model is required (or --resume RUN_ID to continue a train run)")
+    else:
+        run_id = None
+        steps = {} if max_steps is None else {"max_steps": max_steps}
+        config = TrainConfig(method=method, model=model, dataset=dataset, reward=reward, lora=lora, lora_rank=lora_rank,
+                             lora_alpha=lora_alpha, rslora=rslora, group_size=group_size,
+                             prompts_per_step=prompts_per_step, learning_rate=learning_rate, beta=beta,
+                             num_iterations=num_iterations, max_completion_tokens=max_completion_tokens, limit=limit,
+                             seed=seed, output_dir=str(output), **steps)
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   console=err) as bar:
-        task = bar.add_task("training", total=max_steps)
+        task = bar.add_task("training", total=config.max_steps)
 
         def show(log: dict) -> None:
             bar.update(task, completed=log["step"], description=f"step {log['step']} loss {log.get('loss', 0):.4f} "
                        f"reward {log.get('reward', 0):.3f} kl {log.get('kl', 0):.4f}")
 
-        run_id, out = run_training(config, store, resume=resume, on_log=show)
-    console.print(f"run {run_id} finished; {'adapter' if lora else 'model'} in {out}", highlight=False)
-    if lora and merge:
-        console.print(f"merged model in {merge_adapter(out, output / 'merged')}", highlight=False)
+        run_id, out = run_training(config, store, run_id=run_id, on_log=show)
+    console.print(f"run {run_id} finished; {'adapter' if config.lora else 'model'} in {out}", highlight=False)
+    if config.lora and merge:
+        console.print(f"merged model in {merge_adapter(out, Path(config.output_dir) / 'merged')}", highlight=False)
 
 
 # --- runs and libraries ---------------------------------------------------------------------------------------------
@@ -331,7 +416,8 @@ def serve(
     model_file: ModelFile = None,
     library: Annotated[Optional[str], typer.Option(help="version id, `latest`, or a library file to serve")] = None,
     api_key: Annotated[Optional[list[str]], typer.Option(help="accepted client key (repeatable); env GYM_TF_SERVER_API_KEYS, comma-separated")] = None,
-    max_library_tokens: Annotated[Optional[int], typer.Option(help="cap on the rendered library (as in optimize)")] = 1024,
+    max_library_tokens: Annotated[Optional[int], typer.Option(
+        help="override the cap each version records (default: render it as its run did)")] = None,
     max_body_bytes: int = 4 * 1024 * 1024,
     timeout: Timeout = 600.0,
     host: str = "127.0.0.1",
@@ -353,11 +439,16 @@ def serve(
             store.put_version(lib, run_id="", status="imported")
         store.promote(lib.id)
     keys = list(api_key or []) + [k for k in os.environ.get("GYM_TF_SERVER_API_KEYS", "").split(",") if k]
-    target = Upstream(upstream, model, upstream_api_key, timeout) if upstream else start_embedded(model_file)[0]
+    engine = None  # the embedded llama.cpp server, kept alive while serving
+    if upstream:
+        target = Upstream(upstream, model, upstream_api_key, timeout)
+    else:
+        target, engine = start_embedded(model_file)
     app_ = create_app(target, store, ServerConfig(api_keys=keys, max_body_bytes=max_body_bytes,
                                                   max_library_tokens=max_library_tokens))
     err.print(f"serving {target.model} from {target.base_url} on http://{host}:{port}/v1", highlight=False)
     uvicorn.run(app_, host=host, port=port, log_level="warning")
+    del engine
 
 
 # --- ledger, keys, publishing, anchors ------------------------------------------------------------------------------
@@ -372,14 +463,18 @@ IpfsRepo = Annotated[Optional[Path], typer.Option(envvar="GYM_TF_IPFS_REPO", hel
 RpcUrl = Annotated[str, typer.Option(envvar="GYM_TF_RPC_URL", help="Ethereum-compatible JSON-RPC endpoint")]
 
 
-def ipfs_transport(store: RunStore, ipfs_api: str | None, repo: Path | None, gateway: str | None = None):
+IpfsTimeout = Annotated[float, typer.Option("--timeout", help="longest wait for the IPFS node or chain, seconds")]
+
+
+def ipfs_transport(store: RunStore, ipfs_api: str | None, repo: Path | None, gateway: str | None = None,
+                   timeout: float = 60.0):
     from ledger.ipfs import EmbeddedNode, Gateway, KuboRPC
 
     if ipfs_api:
-        return KuboRPC(ipfs_api)
+        return KuboRPC(ipfs_api, timeout)
     if gateway:
-        return Gateway(gateway)
-    return EmbeddedNode(repo or store.root / "ipfs")
+        return Gateway(gateway, timeout)
+    return EmbeddedNode(repo or store.root / "ipfs", timeout)
 
 
 def print_json(document: Any) -> None:
@@ -435,14 +530,15 @@ def keys_new(path: Annotated[Path, typer.Argument(help="where to write the key (
 @app.command()
 @fails_cleanly
 def publish(version: Annotated[str, typer.Argument(help="version id or prefix, or `latest`")] = "latest",
-            key: KeyFile = None, ipfs_api: IpfsApi = None, ipfs_repo: IpfsRepo = None, workspace: Workspace = None) -> None:
+            key: KeyFile = None, ipfs_api: IpfsApi = None, ipfs_repo: IpfsRepo = None, timeout: IpfsTimeout = 60.0,
+            workspace: Workspace = None) -> None:
     """Sign a manifest for VERSION and put it, with the library, on IPFS; prints the address to fetch."""
     from gym_tf.publishing import publish as publish_version
     from ledger.signing import load_key
 
     store = RunStore(workspace)
     lib = resolve_library(store, version)
-    result = publish_version(store, lib.id, load_key(key), ipfs_transport(store, ipfs_api, ipfs_repo))
+    result = publish_version(store, lib.id, load_key(key), ipfs_transport(store, ipfs_api, ipfs_repo, None, timeout))
     console.print(f"published {lib.id}\nmanifest {result.manifest_address}\nsigner {result.manifest['signer']}",
                   highlight=False)
 
@@ -450,16 +546,28 @@ def publish(version: Annotated[str, typer.Argument(help="version id or prefix, o
 @app.command()
 @fails_cleanly
 def fetch(address: Annotated[str, typer.Argument(help="the manifest's CID, as `publish` printed it")],
-          signer: Annotated[Optional[str], typer.Option(help="expected signer address 0x...")] = None,
+          signer: Annotated[Optional[str], typer.Option(help="expected signer address 0x... (required)")] = None,
+          trust_any_signer: Annotated[bool, typer.Option(help="accept a manifest signed by anyone (not checked!)")] = False,
+          anchor_tx: Annotated[Optional[str], typer.Option("--anchor", help="a transaction that must anchor the "
+                                                           "manifest's root, sent by its signer")] = None,
+          rpc_url: RpcUrl = "http://127.0.0.1:8545",
           ipfs_api: IpfsApi = None, gateway: Annotated[Optional[str], typer.Option(help="read-only IPFS gateway URL")] = None,
-          ipfs_repo: IpfsRepo = None, workspace: Workspace = None) -> None:
-    """Fetch a published library, verify CIDs, signature and inclusion proof, and only then import it."""
+          ipfs_repo: IpfsRepo = None, timeout: IpfsTimeout = 60.0, workspace: Workspace = None) -> None:
+    """Fetch a published library, verify CIDs, signature, inclusion proof (and anchor), and only then import it."""
     from gym_tf.publishing import fetch as fetch_version
+    from ledger.chain import connect
 
+    if trust_any_signer and not signer:
+        err.print("WARNING: --trust-any-signer: the signature is not checked against anyone you trust; whoever "
+                  "signed this manifest is accepted", style="bold red", highlight=False)
     store = RunStore(workspace)
-    version, manifest = fetch_version(store, address, ipfs_transport(store, ipfs_api, ipfs_repo, gateway), signer)
-    console.print(f"verified and imported {version.id} ({len(version.items)} items) signed by {manifest['signer']}",
-                  highlight=False)
+    transport = ipfs_transport(store, ipfs_api, ipfs_repo, gateway, timeout)
+    w3 = connect(rpc_url, timeout) if anchor_tx else None
+    version, manifest = fetch_version(store, address, transport, signer, trust_any_signer=trust_any_signer, w3=w3,
+                                      anchor_tx=anchor_tx)
+    anchored = f"; its root is anchored in {anchor_tx}" if anchor_tx else ""
+    console.print(f"verified and imported {version.id} ({len(version.items)} items) signed by {manifest['signer']}"
+                  f"{' (UNCHECKED signer)' if not signer else ''}{anchored}", highlight=False)
 
 
 @app.command()
@@ -476,12 +584,15 @@ def anchor(rpc_url: RpcUrl = "http://127.0.0.1:8545", key: KeyFile = None, works
 
 @app.command("verify-anchor")
 @fails_cleanly
-def verify_anchor_command(tx: str, rpc_url: RpcUrl = "http://127.0.0.1:8545", workspace: Workspace = None) -> None:
+def verify_anchor_command(tx: str, rpc_url: RpcUrl = "http://127.0.0.1:8545",
+                          sender: Annotated[Optional[str], typer.Option(help="expected anchoring address 0x... "
+                                                                        "(default: the one this workspace used)")] = None,
+                          workspace: Workspace = None) -> None:
     """Read an anchored root back from the chain and check the log against it."""
     from gym_tf.publishing import verify_anchor
     from ledger.chain import connect
 
-    result = verify_anchor(RunStore(workspace), connect(rpc_url), tx)
+    result = verify_anchor(RunStore(workspace), connect(rpc_url), tx, sender)
     console.print(f"anchor ok: root {result['root']} at tree size {result['tree_size']} (block {result['block']}, "
                   f"sender {result['sender']}); the log has only been appended to since ({result['current_size']} entries)",
                   highlight=False)

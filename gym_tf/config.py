@@ -7,6 +7,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from gym_tf.backends import BackendConfig, Sampling
+from gym_tf.library import RenderPolicy
 
 
 class RolloutConfig(BaseModel):
@@ -45,6 +46,12 @@ class OptimizeConfig(BaseModel):
         "skip", description="all-fail groups: skip, or contrast the failures with the reference answer/solution"
     )
     max_library_tokens: int | None = Field(1024, ge=16, description="cap on the rendered library (estimated tokens)")
+    retrieve_lessons: int | None = Field(None, ge=1, description="show each problem only its N most relevant lessons "
+                                         "(BM25); none: every lesson that fits the cap")
+    examples_per_prompt: int = Field(2, ge=0, description="worked examples shown per problem, the most relevant (BM25)")
+    worked_examples: bool = Field(True, description="add verified solutions from the model's own correct rollouts "
+                                  "as worked examples")
+    max_example_chars: int = Field(900, ge=100, le=1600, description="longest worked example kept, in characters")
     val_dataset: str | None = Field(None, description="held-out problems; a step is kept only if not worse on them")
     val_samples: int = Field(4, ge=1, description="samples per validation problem")
     max_tokens: int | None = Field(None, ge=1, description="token budget for the whole run (all stages); stops cleanly")
@@ -64,6 +71,10 @@ class OptimizeConfig(BaseModel):
         data["backend"] = self.backend.recorded()
         data["learner"] = self.learner.recorded() if self.learner else None
         return data
+
+    def render_policy(self) -> RenderPolicy:
+        return RenderPolicy(max_tokens=self.max_library_tokens, lessons=self.retrieve_lessons,
+                            examples=self.examples_per_prompt)
 
     def learner_sampling(self) -> Sampling:
         return Sampling(temperature=self.learner_temperature, max_tokens=self.learner_max_tokens)

@@ -7,8 +7,10 @@
 from __future__ import annotations
 
 import csv
+import hashlib
 import json
 from dataclasses import dataclass, field
+from functools import cached_property
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -31,6 +33,19 @@ class Problem:
     problem: str
     answer: str | None
     row: dict[str, Any] = field(default_factory=dict, compare=False)
+
+    @cached_property
+    def content_hash(self) -> str:
+        """sha256 of everything a reward or prompt may read (text, answer, every column): what a resumed run
+        checks its dataset against, since ids alone (row numbers by default) shift when a row is deleted."""
+        content = {"problem": self.problem, "answer": self.answer, "row": self.row}
+        # default=str: a Parquet or `datasets` column may hold values JSON cannot (dates, arrays).
+        return hashlib.sha256(json.dumps(content, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def dataset_hash(problems: list[Problem]) -> str:
+    """sha256 of a dataset's problems, ids and contents, in order (the order decides which problems share a step)."""
+    return hashlib.sha256(json.dumps([[p.id, p.content_hash] for p in problems]).encode()).hexdigest()
 
 
 def bundled_path(name: str) -> Path:

@@ -24,6 +24,27 @@ def metrics_table(metrics: Metrics, title: str) -> Table:
     return table
 
 
+def comparison_table(comparison) -> Table:
+    """Each library against the first (no library): paired differences per problem, and the majority-vote baseline."""
+    k = comparison.samples
+    base = comparison.baseline
+    table = Table(title=f"{comparison.problems} problems x {k} samples, same seeds; differences paired per problem, 95% CI")
+    for column in ("library", "items", f"Mean@{k}", f"Pass@{k}", f"Majority@{k}", f"Mean@{k} - {base.name}",
+                   f"Majority@{k} - {base.name} Majority@{k}", f"Mean@{k} - {base.name} Majority@{k}",
+                   "extra prompt tok/call", "learning tokens"):
+        table.add_column(column)
+    for arm in comparison.arms:
+        m = arm.report.metrics
+        table.add_row(arm.name if arm is base else f"{arm.name} ({short(arm.report.library_version)})",
+                      str(arm.report.library_items), str(m.mean_at_k), str(m.pass_at_k), str(m.majority),
+                      *(str(e) if e else "-" for e in (arm.vs_baseline, arm.majority_vs_baseline,
+                                                     arm.mean_vs_baseline_majority)),
+                      f"{comparison.extra_prompt_tokens(arm):+.0f}", str(arm.learning_tokens or "-"))
+    table.caption = ("an interval wholly above 0 is a gain beyond noise; "
+                     f"Majority@{k} - {base.name} Majority@{k} compares at equal samples")
+    return table
+
+
 def runs_table(runs: list[dict]) -> Table:
     table = Table(title="runs")  # ids are never truncated: they are what users copy
     table.add_column("id", no_wrap=True, min_width=22)
@@ -40,11 +61,12 @@ def runs_table(runs: list[dict]) -> Table:
 def library_table(library: LibraryVersion, status: str = "") -> Table:
     table = Table(title=f"library {short(library.id)} (step {library.step}, {len(library.items)} items) {status}".strip())
     table.add_column("id")
+    table.add_column("kind")
     table.add_column("experience")
     table.add_column("from", overflow="fold")
     for item in library.items:
         origin = item.provenance
-        table.add_row(item.id, item.text, f"step {origin.step} {origin.op} {', '.join(origin.problem_ids)}")
+        table.add_row(item.id, item.kind, item.text, f"step {origin.step} {origin.op} {', '.join(origin.problem_ids)}")
     return table
 
 

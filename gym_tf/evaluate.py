@@ -9,8 +9,8 @@ from typing import Any, Callable
 
 from gym_tf.backends import Backend, Sampling
 from gym_tf.datasets import Problem
-from gym_tf.library import EMPTY_LIBRARY, LibraryVersion, render_library
-from gym_tf.metrics import Metrics, compute_metrics
+from gym_tf.library import EMPTY_LIBRARY, LibraryVersion
+from gym_tf.metrics import Metrics, compute_metrics, majority_score
 from gym_tf.rollouts import Rollout, rollout_many
 
 
@@ -25,10 +25,15 @@ class EvalReport:
     completion_tokens: int = 0
     extra: dict[str, Any] = field(default_factory=dict)
 
-    def per_problem_mean(self, problem_ids: list[str]) -> list[float]:
-        return [
-            sum(r.reward or 0.0 for r in self.rollouts[pid]) / max(1, len(self.rollouts[pid])) for pid in problem_ids
-        ]
+    def per_problem_mean(self) -> list[float]:
+        return [sum(r.reward or 0.0 for r in g) / max(1, len(g)) for g in self.rollouts.values()]
+
+    def per_problem_majority(self) -> list[float]:
+        return [majority_score([r.completion for r in g], [r.reward or 0.0 for r in g]) for g in self.rollouts.values()]
+
+    def prompt_tokens_per_call(self) -> float:
+        calls = sum(len(g) for g in self.rollouts.values())
+        return self.prompt_tokens / calls if calls else 0.0
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -38,7 +43,8 @@ class EvalReport:
             "metrics": self.metrics.to_dict(),
             "tokens": {"prompt": self.prompt_tokens, "completion": self.completion_tokens},
             "problems": {
-                pid: [{"sample": r.sample, "reward": r.reward, "completion": r.completion} for r in group]
+                pid: [{"sample": r.sample, "reward": r.reward, "shown": list(r.shown), "completion": r.completion}
+                      for r in group]
                 for pid, group in self.rollouts.items()
             },
             **self.extra,
@@ -55,16 +61,12 @@ async def evaluate(
     samples: int,
     sampling: Sampling,
     library: LibraryVersion = EMPTY_LIBRARY,
-    max_library_tokens: int | None = None,
     seed: int = 0,
     on_group: Callable[[Problem, list[Rollout]], None] | None = None,
 ) -> EvalReport:
-    """Evaluate `library` on `problems`. Seeds depend only on (seed, problem), so two libraries evaluated with the
-    same seed are compared on the same draws."""
-    text = render_library(library, max_library_tokens)
-    groups = await rollout_many(
-        backend, problems, text, samples, sampling, reward, seed, "eval", library.id, on_group=on_group
-    )
+    """Evaluate `library` (rendered per problem by its own policy) on `problems`. Seeds depend only on (seed,
+    problem), so two libraries evaluated with the same seed are compared on the same draws."""
+    groups = await rollout_many(backend, problems, library, samples, sampling, reward, seed, "eval", on_group=on_group)
     ordered = [groups[p.id] for p in problems]
     metrics = compute_metrics([([r.completion for r in g], [r.reward for r in g]) for g in ordered], seed=seed)
     return EvalReport(

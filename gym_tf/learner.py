@@ -15,7 +15,7 @@ from pydantic import ValidationError
 
 from gym_tf.backends import Backend, Sampling
 from gym_tf.datasets import Problem
-from gym_tf.library import LibraryVersion, OpsReply, ops_schema, render_library
+from gym_tf.library import LibraryVersion, OpsReply, ops_schema
 from gym_tf.prompts import render
 from gym_tf.rollouts import Rollout
 from gym_tf.store import RunStore
@@ -94,13 +94,19 @@ def parse_ops(reply: str, max_ops: int | None = None) -> tuple[list[Any], str | 
 
 
 def library_for_learner(library: LibraryVersion) -> str:
-    return "\n".join(f"[{i.id}] {i.text}" for i in library.items) or "(empty)"
+    """The lessons the learner may update, merge or delete (worked examples are the verifier's, not the learner's)."""
+    return _listing([i for i in library.items if i.kind == "lesson"])
+
+
+def _listing(items: list[Any]) -> str:
+    return "\n".join(f"[{i.id}] {i.text}" for i in items) or "(none)"
 
 
 def summarize_prompt(problem: Problem, rollout: Rollout, library: LibraryVersion) -> str:
     verdict = "correct" if (rollout.reward or 0) >= 1 else "incorrect" if rollout.reward is not None else "ungraded"
+    shown = [item for item in library.items if item.id in rollout.shown]
     return render("summarize", problem=problem.problem, answer=problem.answer, verdict=verdict,
-                  completion=rollout.completion, library=render_library(library) or "(none)")
+                  completion=rollout.completion, library=_listing(shown))
 
 
 def group_prompt(problem: Problem, summaries: list[tuple[Rollout, str]], library: LibraryVersion,

@@ -12,13 +12,16 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Annotated, Any, Literal, Union
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, field_validator
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, field_validator, model_serializer
 
+from gym_tf.retrieval import rank
 from ledger.cid import canonical, cid
 
 MAX_EXPERIENCE_CHARS = 400
+MAX_EXAMPLE_CHARS = 1600  # a worked example: the problem and a verified solution, kept short
 
 ExperienceText = Annotated[str, Field(min_length=8, max_length=MAX_EXPERIENCE_CHARS)]
+ExampleText = Annotated[str, Field(min_length=8, max_length=MAX_EXAMPLE_CHARS)]
 
 
 class _Op(BaseModel):
@@ -60,6 +63,14 @@ class NoneOp(_Op):
     op: Literal["none"]
 
 
+class ExampleOp(_Op):
+    """Add a worked example: a problem and one of the model's own answers to it that the verifier scored correct.
+    Made by the optimizer from rollouts, never by the learner (it is not in the learner's reply schema)."""
+
+    op: Literal["example"]
+    text: ExampleText
+
+
 LibraryOp = Annotated[Union[AddOp, UpdateOp, DeleteOp, MergeOp, NoneOp], Field(discriminator="op")]
 
 
@@ -92,10 +103,35 @@ class Provenance(BaseModel):
 
 
 class Experience(BaseModel):
+    """A library item: a lesson (a short general strategy) or a worked example (a verified solution)."""
+
     model_config = ConfigDict(frozen=True)
     id: str
     text: str
     provenance: Provenance
+    kind: Literal["lesson", "example"] = "lesson"
+
+    @model_serializer(mode="wrap")
+    def _lessons_as_before(self, handler: Any) -> dict[str, Any]:
+        data = handler(self)
+        if data.get("kind") == "lesson":
+            del data["kind"]  # a lesson serializes as it did before kinds existed: its version id is unchanged
+        return data
+
+
+class RenderPolicy(BaseModel):
+    """How a version becomes prompt text; recorded in the version, so optimize, eval and serve render it alike.
+
+    `max_tokens` caps the whole text (a tokenizer-free estimate). `lessons`: put only the N lessons most relevant
+    to the request (BM25), or all that fit when None. `examples`: the N worked examples most relevant to it."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    max_tokens: int | None = Field(1024, ge=16)
+    lessons: int | None = Field(None, ge=1)
+    examples: int = Field(2, ge=0)
+
+
+DEFAULT_POLICY = RenderPolicy()
 
 
 class LibraryVersion(BaseModel):
@@ -107,6 +143,14 @@ class LibraryVersion(BaseModel):
     next_number: int = 1
     parent: str | None = None
     step: int = 0
+    policy: RenderPolicy = DEFAULT_POLICY
+
+    @model_serializer(mode="wrap")
+    def _default_policy_as_before(self, handler: Any) -> dict[str, Any]:
+        data = handler(self)
+        if self.policy == DEFAULT_POLICY:
+            data.pop("policy", None)  # versions made before policies existed keep their ids
+        return data
 
     def canonical_bytes(self) -> bytes:
         return canonical(self.model_dump(mode="json"))
@@ -152,15 +196,20 @@ def apply_ops(
         if missing:
             verdicts.append(OpVerdict(op, False, f"unknown id {', '.join(missing)}"))
             continue
-        if isinstance(op, (AddOp, UpdateOp, MergeOp)) and _is_duplicate(op.text, items, skip=_ids_of(op)):
+        examples = [i for i in _ids_of(op) if items[i].kind == "example"]
+        if examples:
+            verdicts.append(OpVerdict(op, False, f"{', '.join(examples)} is a worked example, not a lesson"))
+            continue
+        if isinstance(op, (AddOp, UpdateOp, MergeOp, ExampleOp)) and _is_duplicate(op.text, items, skip=_ids_of(op)):
             verdicts.append(OpVerdict(op, False, "duplicates an existing item"))
             continue
-        if isinstance(op, AddOp):
+        if isinstance(op, (AddOp, ExampleOp)):
             new_id = f"E{number}"
             number += 1
-            items[new_id] = Experience(id=new_id, text=op.text.strip(), provenance=origin)
+            kind = "example" if isinstance(op, ExampleOp) else "lesson"
+            items[new_id] = Experience(id=new_id, text=op.text.strip(), provenance=origin, kind=kind)
         elif isinstance(op, UpdateOp):
-            items[op.id] = Experience(id=op.id, text=op.text.strip(), provenance=origin)
+            items[op.id] = Experience(id=op.id, text=op.text.strip(), provenance=origin, kind=items[op.id].kind)
         elif isinstance(op, DeleteOp):
             del items[op.id]
         elif isinstance(op, MergeOp):
@@ -173,7 +222,7 @@ def apply_ops(
     if not any(v.accepted for v in verdicts):
         return library, verdicts  # nothing changed: no new version
     ordered = tuple(sorted(items.values(), key=lambda item: _number_of(item.id)))
-    new = LibraryVersion(items=ordered, next_number=number, parent=library.id, step=step)
+    new = LibraryVersion(items=ordered, next_number=number, parent=library.id, step=step, policy=library.policy)
     return new, verdicts
 
 
@@ -194,9 +243,10 @@ def _is_duplicate(text: str, items: dict[str, Experience], skip: tuple[str, ...]
     return any(" ".join(item.text.lower().split()) == key for item_id, item in items.items() if item_id not in skip)
 
 
-# --- rendering: one renderer for rollouts, eval and the server -------------------------------------------------
+# --- rendering: one renderer for rollouts, eval, the learner and the server ---------------------------------------
 
 LIBRARY_HEADER = "Experiences learned from earlier problems (apply the ones that fit):"
+EXAMPLES_HEADER = "Worked examples of similar problems, solved correctly:"
 
 
 def approx_tokens(text: str) -> int:
@@ -204,24 +254,66 @@ def approx_tokens(text: str) -> int:
     return math.ceil(len(text.encode()) / 4)
 
 
-def render_library(library: LibraryVersion, max_tokens: int | None = None) -> str:
-    """The library as prompt text: a header, then `[E3] text` lines in id order. Empty library: empty string.
+def select_items(library: LibraryVersion, query: str | None = None) -> tuple[Experience, ...]:
+    """The items a request with this text is shown, in id order: one deterministic function of (version, query).
 
-    Budget rule: items are taken oldest id first (they have survived the most consolidation steps); once the next
-    item would push the estimate past `max_tokens`, it and every newer item are left out.
+    Examples: the `policy.examples` most relevant to the query (the newest without one). Lessons: the
+    `policy.lessons` most relevant, or all of them. Then the budget: candidates are taken examples first, then
+    lessons newest first, and one that would push the estimate past `policy.max_tokens` is left out, so a new
+    lesson always gets in and the oldest ones make room.
     """
-    if not library.items:
-        return ""
-    lines = [LIBRARY_HEADER]
-    used = approx_tokens(LIBRARY_HEADER)
-    for item in library.items:
-        line = f"[{item.id}] {item.text}"
-        cost = approx_tokens(line) + 1
-        if max_tokens is not None and used + cost > max_tokens:
-            break
-        lines.append(line)
+    policy = library.policy
+    lessons = [i for i in library.items if i.kind == "lesson"]
+    examples = [i for i in library.items if i.kind == "example"]
+    chosen_examples = _most_relevant(examples, query, policy.examples)
+    chosen_lessons = _most_relevant(lessons, query, policy.lessons) if policy.lessons else list(reversed(lessons))
+    budget = policy.max_tokens
+    used, kept, headed = 0, [], set()
+    for item in [*chosen_examples, *chosen_lessons]:
+        header = (LIBRARY_HEADER if item.kind == "lesson" else EXAMPLES_HEADER) if item.kind not in headed else ""
+        cost = approx_tokens(_line(item)) + 1 + (approx_tokens(header) + 1 if header else 0)
+        if budget is not None and used + cost > budget:
+            continue
+        kept.append(item)
+        headed.add(item.kind)
         used += cost
-    return "\n".join(lines) if len(lines) > 1 else ""
+    return tuple(sorted(kept, key=lambda i: _number_of(i.id)))
+
+
+def _most_relevant(items: list[Experience], query: str | None, limit: int) -> list[Experience]:
+    if limit <= 0 or not items:
+        return []
+    if not query:
+        return list(reversed(items))[:limit]
+    order = rank([i.text for i in items], query)
+    return [items[i] for i in order[:limit]]
+
+
+def _line(item: Experience) -> str:
+    return f"[{item.id}] {item.text}"
+
+
+def render_items(items: tuple[Experience, ...]) -> str:
+    lessons = [_line(i) for i in items if i.kind == "lesson"]
+    examples = [_line(i) for i in items if i.kind == "example"]
+    parts = []
+    if lessons:
+        parts.append("\n".join([LIBRARY_HEADER, *lessons]))
+    if examples:
+        parts.append("\n\n".join([EXAMPLES_HEADER, *examples]))
+    return "\n\n".join(parts)
+
+
+def render_library(library: LibraryVersion, query: str | None = None) -> str:
+    """The library as prompt text for a request whose text is `query`. Empty library: empty string."""
+    return render_items(select_items(library, query))
+
+
+def with_policy(library: LibraryVersion, policy: RenderPolicy | None) -> LibraryVersion:
+    """The same items rendered under another policy (a new version id); None keeps the version's own."""
+    if policy is None or policy == library.policy:
+        return library
+    return LibraryVersion.model_validate({**library.model_dump(mode="json"), "policy": policy.model_dump()})
 
 
 def with_library(messages: list[dict[str, Any]], library_text: str) -> list[dict[str, Any]]:

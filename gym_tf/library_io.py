@@ -3,17 +3,44 @@
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pydantic import ValidationError
+from pydantic import TypeAdapter, ValidationError
 
 from gym_tf.errors import LibraryError, UnknownVersion
-from gym_tf.library import LibraryVersion, short
+from gym_tf.library import ExampleText, ExperienceText, LibraryVersion, short
 from gym_tf.store import RunStore
 
 FORMAT = "gym-tf-library/1"
+_TEXT_RULES = {"lesson": TypeAdapter(ExperienceText), "example": TypeAdapter(ExampleText)}
+
+
+def check_library(version: LibraryVersion) -> None:
+    """The rules that every version made by ops obeys, checked on a version that comes from outside (a file, a
+    fetch): ids `E1`, `E2`, ... distinct and in order, texts as long as the ops allow and not duplicated, and
+    `next_number` above every id, so that a later `add` can never take an existing item's id."""
+    numbers, seen = [], set()
+    for item in version.items:
+        if not re.fullmatch(r"E[1-9][0-9]*", item.id):
+            raise LibraryError(f"item {item.id!r}: ids are E1, E2, ...")
+        try:
+            _TEXT_RULES[item.kind].validate_python(item.text)
+        except ValidationError as exc:
+            raise LibraryError(f"item {item.id}: {exc.errors()[0]['msg'].lower()}") from None
+        key = " ".join(item.text.lower().split())
+        if key in seen:
+            raise LibraryError(f"item {item.id}: duplicates an earlier item")
+        seen.add(key)
+        numbers.append(int(item.id[1:]))
+    if numbers != sorted(set(numbers)):
+        raise LibraryError("items: ids must be distinct and in increasing order")
+    highest = max(numbers, default=0)
+    if version.next_number <= highest:
+        raise LibraryError(f"next_number {version.next_number} is not above the highest id E{highest}: "
+                           "the next add would overwrite that item")
 
 
 def export_library(version: LibraryVersion, path: str | Path) -> None:
@@ -22,7 +49,7 @@ def export_library(version: LibraryVersion, path: str | Path) -> None:
 
 
 def read_library_file(path: str | Path) -> LibraryVersion:
-    """Read an exported library; its recorded id must match its content."""
+    """Read an exported library; its recorded id must match its content, and it must obey the item rules."""
     try:
         document = json.loads(Path(path).read_text(encoding="utf-8"))
         version = LibraryVersion.model_validate(document["library"])
@@ -30,6 +57,10 @@ def read_library_file(path: str | Path) -> LibraryVersion:
         raise LibraryError(f"{path}: not a gym-tf library file ({str(exc).splitlines()[0]})") from None
     if document.get("id") != version.id:
         raise LibraryError(f"{path}: content hashes to {short(version.id)}, but the file claims {short(str(document.get('id')))}")
+    try:
+        check_library(version)
+    except LibraryError as exc:
+        raise LibraryError(f"{path}: {exc}") from None
     return version
 
 

@@ -5,8 +5,10 @@ A reward of None (the reward had no signal) counts as 0 here: an answer nobody c
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from dataclasses import asdict, dataclass
+from fractions import Fraction
 
 import numpy as np
 
@@ -46,13 +48,39 @@ def bootstrap(per_problem: np.ndarray, resamples: int = 2000, seed: int = 0) -> 
 
 
 def majority_score(completions: list[str], rewards: list[float]) -> float:
-    """The reward of the most common final answer (self-consistency); 0 when no completion has an answer."""
-    keys = [normalize(a) if (a := extract_answer(c)) is not None else None for c in completions]
-    counts = Counter(k for k in keys if k is not None)
-    if not counts:
+    """Self-consistency: the reward of the most common final answer; 0 when no completion has an answer.
+
+    Answers are grouped by the verifier's own equivalence where it has spoken (every answer it scored correct is the
+    same answer as the reference, so `1/2` and `0.5` vote together) and by a canonical form otherwise. A tie is
+    scored as the mean over the tied answers, the expected score of a fair coin: no sample order is favoured.
+    """
+    votes: Counter = Counter()
+    worth: dict[object, float] = {}
+    for completion, reward in zip(completions, rewards):
+        answer = extract_answer(completion)
+        if answer is None:
+            continue
+        key = "correct" if reward >= 1 else canonical_answer(answer)
+        votes[key] += 1
+        worth[key] = max(worth.get(key, 0.0), reward)
+    if not votes:
         return 0.0
-    winner = counts.most_common(1)[0][0]
-    return rewards[keys.index(winner)]
+    top = max(votes.values())
+    tied = [key for key, count in votes.items() if count == top]
+    return sum(worth[key] for key in tied) / len(tied)
+
+
+def canonical_answer(answer: str) -> object:
+    """A number as an exact fraction (`0.5`, `1/2` and `\\frac{1}{2}` alike), anything else normalized text."""
+    text = normalize(answer)
+    text = re.sub(r"\\d?frac\{([^{}]+)\}\{([^{}]+)\}", r"(\1)/(\2)", text)
+    try:
+        if re.fullmatch(r"\(?-?[\d.]+\)?(/\(?-?[\d.]+\)?)?", text):
+            num, _, den = text.replace("(", "").replace(")", "").partition("/")
+            return Fraction(num) / Fraction(den or "1")
+    except (ValueError, ZeroDivisionError):
+        pass
+    return text
 
 
 def compute_metrics(groups: list[tuple[list[str], list[float | None]]], seed: int = 0) -> Metrics:

@@ -1,7 +1,7 @@
 """Training-Free GRPO, one step after another. Read `run_step` top to bottom: it is the whole algorithm.
 
-    rollout -> reward -> skip homogeneous groups -> summarize each rollout -> group advantage per problem
-            -> consolidate the batch -> apply ops -> validate -> record a new library version
+    rollout -> reward -> worked examples from verified answers -> skip homogeneous groups -> summarize each rollout
+            -> group advantage per problem -> consolidate the batch -> apply ops -> validate -> record a new version
 
 Model weights never change; the "policy update" is a set of typed ops on the experience library.
 """
@@ -19,7 +19,7 @@ from gym_tf.datasets import Problem, load_dataset
 from gym_tf.errors import BudgetExhausted, ConfigError
 from gym_tf.evaluate import evaluate
 from gym_tf.learner import LearnerCalls, StageReply, consolidate_prompt, group_prompt, summarize_prompt
-from gym_tf.library import LibraryVersion, OpVerdict, Provenance, apply_ops, render_library
+from gym_tf.library import ExampleOp, LibraryVersion, OpVerdict, Provenance, apply_ops, with_policy
 from gym_tf.metrics import paired_difference
 from gym_tf.rollouts import Rollout, rollout_many
 from gym_tf.store import RunStore, config_hash, rollout_key
@@ -77,10 +77,18 @@ class Optimizer:
         self.reward = load_reward(config.reward, judge_backend=self.learner_backend)
         self.cfg_hash = config_hash(config.recorded())
         if run_id is None:
-            start = store.version(config.start_library)
+            # the run's render policy is part of every version it makes, so eval and serve render them the same way
+            start = with_policy(store.version(config.start_library), config.render_policy())
+            store.put_version(start, run_id="", status="promoted")
             self.run_id = store.new_run("optimize", config.recorded(), backend.model, config.dataset, start.id)
         else:
-            self.run_id = run_id
+            self.run_id = store.run(run_id)["id"]
+        # stored rollouts and replies are keyed by problem id: a resume must see the same problems
+        store.check_dataset(self.run_id, self.problems)
+        if self.val_problems:
+            store.check_dataset(self.run_id, self.val_problems, split="val")
+        if run_id is not None:
+            store.claim_run(self.run_id)  # refuses while another live process holds the run
         self.learner = LearnerCalls(self.learner_backend, store, self.run_id, config.learner_sampling(),
                                     config.max_attempts)
 
@@ -109,10 +117,10 @@ class Optimizer:
         except BudgetExhausted as stop:
             status = "budget"
             self.progress.notes.append(str(stop))
-        summary = {"steps": self.progress.step, "library_items": len(library.items), "val_baseline": self.val_baseline,
-                   "tokens": self.store.usage(self.run_id), "groups_used": self.progress.groups_used,
-                   "groups_skipped": self.progress.groups_skipped}
-        self.store.finish_run(self.run_id, status, summary)
+        except BaseException:
+            self.store.finish_run(self.run_id, "failed", self._summary(library))
+            raise
+        self.store.finish_run(self.run_id, status, self._summary(library))
         return RunResult(self.run_id, status, library, self.progress)
 
     async def run_step(self, epoch: int, batch_index: int, step: int, batch: list[Problem], library: LibraryVersion,
@@ -122,6 +130,9 @@ class Optimizer:
 
         # --- rollout and reward: G answers per problem, each group stored the moment it is scored
         groups = await self._rollouts(epoch, step, batch, library)
+
+        # --- worked examples: a verified answer of the model's own, for problems the library has none for yet
+        examples = self._worked_examples(step, batch, groups, library) if cfg.worked_examples else []
 
         # --- skip homogeneous groups: all-equal rewards carry no relative signal (unless hard_groups says otherwise)
         used, hard = [], []
@@ -170,7 +181,8 @@ class Optimizer:
             provenance = {i: self._provenance(step, src, proposals, groups) for i, src in enumerate(sources)}
 
         # --- apply ops: a new immutable version; ops naming unknown ids are rejected with a reason
-        candidate, verdicts = apply_ops(library, ops, step, provenance)
+        provenance.update({len(ops) + i: origin for i, (_, origin) in enumerate(examples)})
+        candidate, verdicts = apply_ops(library, ops + [op for op, _ in examples], step, provenance)
         all_verdicts = rejected + [("apply", v) for v in verdicts]
         self.progress.ops_applied += sum(v.accepted for v in verdicts)
         self.progress.ops_rejected += sum(not v.accepted for _, v in all_verdicts)
@@ -201,6 +213,11 @@ class Optimizer:
 
     # --- the pieces ---------------------------------------------------------------------------------------------
 
+    def _summary(self, library: LibraryVersion) -> dict[str, Any]:
+        return {"steps": self.progress.step, "library_items": len(library.items), "val_baseline": self.val_baseline,
+                "tokens": self.store.usage(self.run_id), "groups_used": self.progress.groups_used,
+                "groups_skipped": self.progress.groups_skipped}
+
     def _batches(self, epoch: int) -> list[list[Problem]]:
         order = list(self.problems)
         random.Random(f"{self.config.seed}:{epoch}").shuffle(order)
@@ -222,10 +239,8 @@ class Optimizer:
 
         for group in complete.values():
             self._saw(group)
-        fresh = await rollout_many(
-            self.backend, missing, render_library(library, cfg.max_library_tokens), cfg.group_size,
-            cfg.rollout.sampling(), self.reward, cfg.seed, f"train:{epoch}", library.id, on_group=keep,
-        )
+        fresh = await rollout_many(self.backend, missing, library, cfg.group_size, cfg.rollout.sampling(), self.reward,
+                                   cfg.seed, f"train:{epoch}", on_group=keep)
         return {**complete, **fresh}
 
     async def _summaries(self, step: int, problems: list[Problem], groups: dict[str, list[Rollout]],
@@ -255,12 +270,30 @@ class Optimizer:
             self.store.put_rollouts(self.run_id, -1, step, renamed)
 
         report = await evaluate(self.backend, todo, self.reward, self.config.val_samples, self.config.rollout.sampling(),
-                                library, self.config.max_library_tokens, seed=self.config.seed, on_group=keep) if todo else None
+                                library, seed=self.config.seed, on_group=keep) if todo else None
         groups = {**cached, **(report.rollouts if report else {})}
         scores = [_mean(r.reward for r in groups[p.id]) for p in self.val_problems]
         self.progress.last_val = _mean(scores)
         self._count_tokens()
         return scores
+
+    def _worked_examples(self, step: int, batch: list[Problem], groups: dict[str, list[Rollout]],
+                         library: LibraryVersion) -> list[tuple[ExampleOp, Provenance]]:
+        """One worked example per problem that has none yet: its shortest answer that the verifier scored correct
+        and that ended on its own (not cut off), if short enough to show."""
+        have = {pid for item in library.items if item.kind == "example" for pid in item.provenance.problem_ids}
+        out = []
+        for problem in batch:
+            correct = [r for r in groups[problem.id] if (r.reward or 0) >= 1 and r.finish_reason != "length"]
+            if problem.id in have or problem.answer is None or not correct:
+                continue
+            best = min(correct, key=lambda r: (len(r.completion), r.sample))
+            text = f"Problem: {problem.problem.strip()}\nSolution: {best.completion.strip()}"
+            if len(text) <= self.config.max_example_chars:
+                origin = Provenance(step=step, op="example", problem_ids=(problem.id,),
+                                    rollout_ids=(rollout_key(self.run_id, step, problem.id, best.sample),))
+                out.append((ExampleOp(op="example", text=text), origin))
+        return out
 
     def _provenance(self, step: int, sources: list[int], proposals: list[tuple[str, Any]],
                     groups: dict[str, list[Rollout]]) -> Provenance:

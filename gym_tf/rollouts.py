@@ -7,17 +7,22 @@ always sits in the same place of the prompt.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import hashlib
 import inspect
+import logging
+import threading
 import time
 from dataclasses import dataclass, replace
 from typing import Any, Awaitable, Callable
 
 from gym_tf.backends import Backend, Sampling
 from gym_tf.datasets import Problem
-from gym_tf.errors import RewardError
-from gym_tf.library import with_library
+from gym_tf.errors import GymTFError, RewardError
+from gym_tf.library import EMPTY_LIBRARY, LibraryVersion, render_items, select_items, with_library
 from gym_tf.prompts import template
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -34,12 +39,15 @@ class Rollout:
     latency_s: float
     reward: float | None = None
     library_version: str = ""
+    shown: tuple[str, ...] = ()  # the library items this answer's prompt carried
 
 
-def build_messages(problem: Problem, library_text: str) -> list[dict[str, Any]]:
-    """The solve prompt: the library first in the system message, then the task instructions; the problem as user."""
+def build_messages(problem: Problem, library: LibraryVersion = EMPTY_LIBRARY) -> tuple[list[dict[str, Any]], tuple[str, ...]]:
+    """The solve prompt and the ids of the items in it: the library's items for this problem (selected by the one
+    rule in `select_items`) first in the system message, then the task instructions; the problem as user."""
+    items = select_items(library, problem.problem)
     base = [{"role": "system", "content": template("solve_system")}, {"role": "user", "content": problem.problem}]
-    return with_library(base, library_text)
+    return with_library(base, render_items(items)), tuple(i.id for i in items)
 
 
 def group_seed(seed: int, *parts: object) -> int:
@@ -48,17 +56,46 @@ def group_seed(seed: int, *parts: object) -> int:
     return int.from_bytes(hashlib.sha256(key).digest()[:4], "big")
 
 
-async def score(reward: Callable[..., Any], problem: Problem, completions: list[str]) -> list[float | None]:
-    """Run a reward (sync or async) over one group; the dataset row's columns become keyword arguments."""
+async def score(reward: Callable[..., Any], problem: Problem, completions: list[str],
+                time_limit_s: float = 300.0) -> list[float | None]:
+    """Run a reward (sync or async) over one group; the dataset row's columns become keyword arguments.
+
+    Every call has a time limit and a logged outcome: past `time_limit_s` the group scores None (no signal), so one
+    stuck reward never hangs a run; a reward that raises is a RewardError naming the reward and the problem.
+    (math-verify has its own, tighter limit per completion: `rewards.math_answer`.)
+    """
+    name = getattr(reward, "__name__", type(reward).__name__)
     columns = {**problem.row, "problem": problem.problem, "answer": problem.answer}
+
+    def in_thread() -> asyncio.Future:
+        # A thread of its own, so that verifying one group (sympy can take a while) overlaps the next generation,
+        # and so that a reward left behind past its limit cannot hold up the event loop's shutdown (the default
+        # executor's threads are joined there).
+        done: concurrent.futures.Future = concurrent.futures.Future()
+
+        def work() -> None:
+            done.set_running_or_notify_cancel()
+            try:
+                done.set_result(reward(completions, **columns))
+            except BaseException as exc:  # handed to the awaiting coroutine, which decides
+                done.set_exception(exc)
+
+        threading.Thread(target=work, name=f"reward {name}", daemon=True).start()
+        return asyncio.wrap_future(done)
+
+    start = time.perf_counter()
+    asynchronous = inspect.iscoroutinefunction(reward) or inspect.iscoroutinefunction(getattr(reward, "__call__", None))
     try:
-        if inspect.iscoroutinefunction(reward) or inspect.iscoroutinefunction(getattr(reward, "__call__", None)):
-            result = await reward(completions, **columns)
-        else:
-            # In a worker thread, so that verifying one group (sympy can take a while) overlaps the next generation.
-            result = await asyncio.to_thread(reward, completions, **columns)
-    except TypeError as exc:
-        raise RewardError(f"reward {getattr(reward, '__name__', reward)!r} failed on problem {problem.id}: {exc}") from None
+        result = await asyncio.wait_for(reward(completions, **columns) if asynchronous else in_thread(), time_limit_s)
+    except TimeoutError:
+        logger.warning("reward %s timed out after %s s on problem %s: no signal for its %d completions",
+                       name, time_limit_s, problem.id, len(completions))
+        return [None] * len(completions)
+    except GymTFError:
+        raise
+    except Exception as exc:
+        raise RewardError(f"reward {name!r} failed on problem {problem.id}: {type(exc).__name__}: {exc}") from exc
+    logger.debug("reward %s scored problem %s in %.3f s", name, problem.id, time.perf_counter() - start)
     scores = list(result)
     if len(scores) != len(completions):
         raise RewardError(f"reward returned {len(scores)} scores for {len(completions)} completions")
@@ -68,14 +105,13 @@ async def score(reward: Callable[..., Any], problem: Problem, completions: list[
 async def rollout_group(
     backend: Backend,
     problem: Problem,
-    library_text: str,
+    library: LibraryVersion,
     group_size: int,
     sampling: Sampling,
     reward: Callable[..., Any],
-    library_version: str = "",
 ) -> list[Rollout]:
     """Sample `group_size` answers in one request (servers that share the prefix) and score them."""
-    messages = build_messages(problem, library_text)
+    messages, shown = build_messages(problem, library)
     start = time.perf_counter()
     generation = await backend.generate(messages, n=group_size, **sampling.__dict__)
     elapsed = time.perf_counter() - start
@@ -93,7 +129,8 @@ async def rollout_group(
             completion_tokens=choice.completion_tokens,
             latency_s=elapsed,
             reward=r,
-            library_version=library_version,
+            library_version=library.id,
+            shown=shown,
         )
         for i, (choice, r) in enumerate(zip(generation.choices, rewards))
     ]
@@ -102,13 +139,12 @@ async def rollout_group(
 async def rollout_many(
     backend: Backend,
     problems: list[Problem],
-    library_text: str,
+    library: LibraryVersion,
     group_size: int,
     sampling: Sampling,
     reward: Callable[..., Any],
     seed: int,
     seed_key: object = "",
-    library_version: str = "",
     on_group: Callable[[Problem, list[Rollout]], Awaitable[None] | None] | None = None,
 ) -> dict[str, list[Rollout]]:
     """Roll out every problem's group concurrently (the backend caps what runs at once).
@@ -118,7 +154,7 @@ async def rollout_many(
 
     async def one(problem: Problem) -> tuple[str, list[Rollout]]:
         params = replace(sampling, seed=group_seed(seed, seed_key, problem.id))
-        group = await rollout_group(backend, problem, library_text, group_size, params, reward, library_version)
+        group = await rollout_group(backend, problem, library, group_size, params, reward)
         if on_group is not None:
             maybe = on_group(problem, group)
             if inspect.isawaitable(maybe):

@@ -2,14 +2,21 @@
 learner prompt and reply, ops with verdicts, library versions and steps. WAL mode; a step commits atomically.
 
 Every LLM reply is written as soon as it arrives, so a crash loses no paid-for tokens: `--resume` reads them back.
+
+Several processes may share a workspace. A run is held by one store at a time (`new_run`, `claim_run`) and kept
+alive by a heartbeat thread; a run whose heartbeat stopped is shown as `crashed` and may be resumed. Writes that
+check before they insert take the write lock first (`BEGIN IMMEDIATE`), so two imports of one version record it once.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
+import socket
 import sqlite3
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -18,13 +25,16 @@ from typing import Any, Iterator
 from pydantic import BaseModel
 from sqlite_utils import Database
 
-from gym_tf.errors import UnknownRun, UnknownVersion
+from gym_tf.datasets import Problem, dataset_hash
+from gym_tf.errors import ConfigError, StoreError, UnknownRun, UnknownVersion
 from gym_tf.library import EMPTY_LIBRARY, LibraryVersion, OpVerdict
 from gym_tf.rollouts import Rollout
 from ledger.cid import canonical
 from ledger.log import MerkleLog, leaf_hash
 
 DEFAULT_WORKSPACE = ".gym-tf"
+HEARTBEAT_S = 10.0  # how often a process holding a run marks it alive
+STALE_BEATS = 6  # a running run silent for this many beats is shown as crashed, and a resume may take it over
 
 
 def workspace_path(workspace: str | Path | None = None) -> Path:
@@ -39,12 +49,27 @@ def rollout_key(run_id: str, step: int, problem_id: str, sample: int) -> str:
     return f"{run_id}/{step}/{problem_id}/{sample}"
 
 
+def _process_exists(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)  # signal 0: delivers nothing, only checks
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True
+
+
 class RunStore:
-    def __init__(self, workspace: str | Path | None = None):
+    def __init__(self, workspace: str | Path | None = None, heartbeat_s: float = HEARTBEAT_S):
         self.root = workspace_path(workspace)
         self.root.mkdir(parents=True, exist_ok=True)
-        # One connection, used by one thread at a time (the CLI's, or the server's event loop thread).
-        self.db = Database(sqlite3.connect(self.root / "gym-tf.db", check_same_thread=False))
+        self.heartbeat_s = heartbeat_s
+        # Who holds the runs this store runs: unique per store, readable in "run X is running in process ...".
+        self.owner = f"{os.getpid()}@{socket.gethostname()}/{uuid.uuid4().hex[:8]}"
+        self._beating: dict[str, threading.Event] = {}  # run id -> set to stop its heartbeat
+        # One connection, used by one thread at a time (the CLI's, or the server's event loop thread). Another
+        # process may hold the write lock for a moment: wait for it rather than fail.
+        self.db = Database(sqlite3.connect(self.root / "gym-tf.db", check_same_thread=False, timeout=30))
         self.db.enable_wal()
         self.db.execute("PRAGMA synchronous=NORMAL")
         # The Merkle log lives in the same file (pymerkle's `leaf` table), so a version and its log entry commit
@@ -56,13 +81,23 @@ class RunStore:
         db = self.db
         db["runs"].create(
             {"id": str, "kind": str, "status": str, "created": float, "updated": float, "config": str,
-             "config_hash": str, "model": str, "dataset": str, "current_version": str, "summary": str},
+             "config_hash": str, "model": str, "dataset": str, "current_version": str, "summary": str,
+             "owner": str, "heartbeat": float},
             pk="id", if_not_exists=True,
+        )
+        if "heartbeat" not in db["runs"].columns_dict:  # a workspace made before run locks
+            with self._immediate():  # two processes may open it at once: check again under the write lock
+                for column, kind in (("owner", str), ("heartbeat", float)):
+                    if column not in db["runs"].columns_dict:
+                        db["runs"].add_column(column, kind)
+        db["run_datasets"].create(
+            {"run_id": str, "split": str, "hash": str, "problems": str}, pk=("run_id", "split"), if_not_exists=True,
         )
         db["rollouts"].create(
             {"key": str, "run_id": str, "epoch": int, "step": int, "problem_id": str, "sample": int,
              "library_version": str, "messages": str, "completion": str, "finish_reason": str,
-             "prompt_tokens": int, "completion_tokens": int, "latency_s": float, "reward": float, "created": float},
+             "prompt_tokens": int, "completion_tokens": int, "latency_s": float, "reward": float, "created": float,
+             "shown": str},
             pk="key", if_not_exists=True,
         )
         db["learner_calls"].create(
@@ -101,32 +136,132 @@ class RunStore:
     # --- runs -----------------------------------------------------------------------------------------------
 
     def new_run(self, kind: str, config: dict[str, Any], model: str, dataset: str, version: str) -> str:
+        """Record a new run, held by this store (its heartbeat runs until `finish_run`)."""
         run_id = f"{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
         now = time.time()
         self.db["runs"].insert(
             {"id": run_id, "kind": kind, "status": "running", "created": now, "updated": now,
              "config": json.dumps(config, sort_keys=True), "config_hash": config_hash(config), "model": model,
-             "dataset": dataset, "current_version": version, "summary": "{}"}
+             "dataset": dataset, "current_version": version, "summary": "{}", "owner": self.owner, "heartbeat": now}
         )
+        self._beat(run_id)
         return run_id
+
+    def claim_run(self, run_id: str) -> None:
+        """Hold a run for this store before resuming it, and keep it alive until `finish_run`.
+
+        A run held by another live process raises StoreError naming that process; a run whose heartbeat stopped
+        (its process crashed) is taken over. Claiming a run this store already holds is a no-op.
+        """
+        now = time.time()
+        with self._immediate():  # check and take in one write transaction: two resumes cannot both win
+            row = self.db["runs"].get(self.run(run_id)["id"])
+            if row["status"] == "running" and row["owner"] != self.owner and not self._stale(row, now):
+                raise StoreError(f"run {row['id']} is running in process {row['owner']} (alive "
+                                 f"{now - row['heartbeat']:.0f} s ago): wait for it to end, or stop it first")
+            self.db["runs"].update(row["id"], {"status": "running", "owner": self.owner, "heartbeat": now})
+        self._beat(row["id"])
 
     def run(self, run_id: str) -> dict[str, Any]:
         matches = list(self.db["runs"].rows_where("id = ? or id like ?", [run_id, f"%{run_id}"]))
         if len(matches) != 1:
             raise UnknownRun(f"no run {run_id!r}" if not matches else f"{run_id!r} names {len(matches)} runs")
-        row = matches[0]
+        row = self._shown(matches[0])
         row["config"] = json.loads(row["config"])
         row["summary"] = json.loads(row["summary"] or "{}")
         return row
 
     def runs(self) -> list[dict[str, Any]]:
         return [
-            {**r, "summary": json.loads(r["summary"] or "{}")}
+            {**self._shown(r), "summary": json.loads(r["summary"] or "{}")}
             for r in self.db["runs"].rows_where(order_by="created desc")
         ]
 
     def finish_run(self, run_id: str, status: str, summary: dict[str, Any]) -> None:
-        self.db["runs"].update(run_id, {"status": status, "updated": time.time(), "summary": json.dumps(summary)})
+        """Record how a run ended and let go of it (stops its heartbeat)."""
+        stop = self._beating.pop(run_id, None)
+        if stop is not None:
+            stop.set()
+        self.db["runs"].update(run_id, {"status": status, "updated": time.time(), "summary": json.dumps(summary),
+                                        "owner": ""})
+
+    def _stale(self, row: dict[str, Any], now: float) -> bool:
+        """Its holder stopped beating, or is a process of this machine that no longer exists (kill -9 a moment ago)."""
+        if row["heartbeat"] is None or now - row["heartbeat"] > STALE_BEATS * self.heartbeat_s:
+            return True
+        pid, _, host = (row["owner"] or "").partition("/")[0].partition("@")
+        return host == socket.gethostname() and pid.isdigit() and not _process_exists(int(pid))
+
+    def _shown(self, row: dict[str, Any]) -> dict[str, Any]:
+        """A run marked running whose heartbeat stopped is shown as crashed: its process died without a word."""
+        if row["status"] == "running" and self._stale(row, time.time()):
+            row["status"] = "crashed"
+        return row
+
+    def _beat(self, run_id: str) -> None:
+        if run_id in self._beating:
+            return
+        stop = self._beating[run_id] = threading.Event()
+
+        def beat() -> None:
+            # A connection of its own: the store's belongs to the caller's thread.
+            with contextlib.closing(sqlite3.connect(self.root / "gym-tf.db", timeout=self.heartbeat_s)) as conn:
+                while not stop.wait(self.heartbeat_s):
+                    try:
+                        with conn:
+                            conn.execute("update runs set heartbeat = ? where id = ? and owner = ?",
+                                         [time.time(), run_id, self.owner])
+                    except sqlite3.OperationalError:
+                        continue  # the database stayed busy for a whole beat: the next beat tries again
+
+        threading.Thread(target=beat, name=f"heartbeat {run_id}", daemon=True).start()
+
+    @contextlib.contextmanager
+    def _immediate(self) -> Iterator[None]:
+        """A write transaction that takes the write lock before it reads, so a check stays true until the write it
+        guards commits (with a plain BEGIN, another process could write in between). Nested: a savepoint."""
+        if self.db.conn.in_transaction:
+            with self.db.atomic():
+                yield
+            return
+        self.db.conn.execute("BEGIN IMMEDIATE")
+        try:
+            yield
+        except BaseException:
+            self.db.conn.execute("ROLLBACK")
+            raise
+        self.db.conn.execute("COMMIT")
+
+    # --- the dataset a run was started on -----------------------------------------------------------------------
+
+    def check_dataset(self, run_id: str, problems: list[Problem], split: str = "train") -> None:
+        """Record the content of a run's problems on the first call; on every later one (a resume), raise
+        ConfigError if they changed. Stored rollouts and learner replies are keyed by problem id, and ids default
+        to row numbers: a row deleted before `--resume` would pair them with the wrong problems.
+
+        >>> store.check_dataset(run_id, problems)               # after loading, before the first step
+        >>> store.check_dataset(run_id, val_problems, "val")
+        """
+        digest = dataset_hash(problems)
+        with self._immediate():
+            rows = list(self.db["run_datasets"].rows_where("run_id = ? and split = ?", [run_id, split]))
+            if not rows:  # a new run, or one started before datasets were recorded: its content from now on
+                self.db["run_datasets"].insert({"run_id": run_id, "split": split, "hash": digest, "problems":
+                                                json.dumps([[p.id, p.content_hash] for p in problems])})
+                return
+        if rows[0]["hash"] == digest:
+            return
+        before = dict(json.loads(rows[0]["problems"]))
+        now = {p.id: p.content_hash for p in problems}
+        differences = [
+            f"{len(ids)} {what} ({', '.join(ids[:5])}{', ...' if len(ids) > 5 else ''})"
+            for what, ids in [("problems changed", [i for i in before if i in now and now[i] != before[i]]),
+                              ("missing", [i for i in before if i not in now]),
+                              ("added", [i for i in now if i not in before])] if ids
+        ] or ["the problems are in another order"]
+        raise ConfigError(f"the {split} dataset of run {run_id} changed since the run started: "
+                          f"{'; '.join(differences)}. Its stored rollouts would be paired with the wrong problems: "
+                          f"restore the original data, or start a new run")
 
     # --- rollouts ---------------------------------------------------------------------------------------------
 
@@ -136,11 +271,11 @@ class RunStore:
              "step": step, "problem_id": r.problem_id, "sample": r.sample, "library_version": r.library_version,
              "messages": json.dumps(r.messages), "completion": r.completion, "finish_reason": r.finish_reason,
              "prompt_tokens": r.prompt_tokens, "completion_tokens": r.completion_tokens, "latency_s": r.latency_s,
-             "reward": r.reward, "created": time.time()}
+             "reward": r.reward, "created": time.time(), "shown": json.dumps(list(r.shown))}
             for r in rollouts
         ]
         with self.db.atomic():
-            self.db["rollouts"].insert_all(rows, replace=True)
+            self.db["rollouts"].insert_all(rows, replace=True, alter=True)
 
     def rollouts(self, run_id: str, step: int | None = None) -> list[Rollout]:
         where, args = ("run_id = ?", [run_id]) if step is None else ("run_id = ? and step = ?", [run_id, step])
@@ -149,7 +284,7 @@ class RunStore:
                 problem_id=r["problem_id"], sample=r["sample"], messages=json.loads(r["messages"]),
                 completion=r["completion"], finish_reason=r["finish_reason"], prompt_tokens=r["prompt_tokens"],
                 completion_tokens=r["completion_tokens"], latency_s=r["latency_s"], reward=r["reward"],
-                library_version=r["library_version"],
+                library_version=r["library_version"], shown=tuple(json.loads(r.get("shown") or "[]")),
             )
             for r in self.db["rollouts"].rows_where(where, args, order_by="step, problem_id, sample")
         ]
@@ -174,30 +309,36 @@ class RunStore:
     def put_version(self, version: LibraryVersion, run_id: str, status: str, config_hash: str = "",
                     evaluation: dict | None = None, ops: list[Any] | None = None) -> None:
         """Record a version and append its entry to the Merkle log, in one transaction (a version already
-        recorded is left as it is: versions are immutable)."""
-        if self.db["versions"].count_where("id = ?", [version.id]):
-            return
-        with self.db.atomic():
-            leaf_index = self._log(version, run_id, status, ops or [])
+        recorded, by this process or another, is left as it is: versions are immutable)."""
+        with self._immediate():
+            if self.db["versions"].count_where("id = ?", [version.id]):
+                return
+            leaf_index = self._log(version, run_id, status, ops or [], config_hash, evaluation)
             self.db["versions"].insert(
                 {"id": version.id, "parent": version.parent, "run_id": run_id, "step": version.step,
                  "created": time.time(), "content": version.canonical_bytes().decode(), "status": status,
                  "config_hash": config_hash, "evaluation": json.dumps(evaluation or {}), "leaf_index": leaf_index},
             )
 
-    def _log(self, version: LibraryVersion, run_id: str, status: str, ops: list[Any]) -> int:
-        """Append the version's log entry: its CID, its parent's, the digest of the ops that made it."""
+    def _log(self, version: LibraryVersion, run_id: str, status: str, ops: list[Any], config_hash: str = "",
+             evaluation: dict | None = None) -> int:
+        """Append the version's log entry: its CID, its parent's, the digest of the ops that made it, and the
+        digests of its run's config and of the gate's evaluation, so `ledger verify` covers every recorded field."""
         entry = canonical({"version": version.id, "parent": version.parent, "run": run_id, "step": version.step,
-                           "status": status, "ops_sha256": hashlib.sha256(canonical(ops)).hexdigest()})
+                           "status": status, "ops_sha256": hashlib.sha256(canonical(ops)).hexdigest(),
+                           "config_hash": config_hash,
+                           "evaluation_sha256": hashlib.sha256(canonical(evaluation or {})).hexdigest()})
         self.db.execute("INSERT INTO leaf(entry, hash) VALUES (?, ?)", [entry, leaf_hash(entry)])
         return self.db.execute("SELECT max(id) FROM leaf").fetchone()[0]
 
     def version(self, ref: str) -> LibraryVersion:
-        """A version by full id or unique prefix; `empty` is the empty library."""
+        """A version by full id or unique prefix; `empty` is the empty library. The prefix is compared as plain text
+        (never a LIKE pattern, where `%` and `_` would match anything)."""
         if ref == "empty":
             return EMPTY_LIBRARY
-        rows = list(self.db["versions"].rows_where("id like ?", [f"{ref}%"], select="id, content"))
-        if len(rows) != 1:
+        rows = list(self.db["versions"].rows_where("substr(id, 1, ?) = ?", [len(ref), ref], select="id, content"))
+        rows = [r for r in rows if r["id"] == ref] or rows
+        if not ref or len(rows) != 1:
             raise UnknownVersion(f"no library version {ref!r}" if not rows else f"{ref!r} names {len(rows)} versions")
         return LibraryVersion.model_validate_json(rows[0]["content"])
 
@@ -215,7 +356,7 @@ class RunStore:
         verdict, the step row and the run's current version. A crash before COMMIT leaves the store exactly as the
         previous step left it."""
         current = after.id if status == "promoted" else before.id
-        with self.db.atomic():
+        with self._immediate():
             if after.id != before.id:
                 applied = [json.loads(v.op.model_dump_json()) for stage, v in verdicts if stage == "apply" and v.accepted]
                 self.put_version(after, run_id, status, cfg_hash, evaluation, applied)

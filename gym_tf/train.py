@@ -20,6 +20,7 @@ from typing import Any, Callable, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from gym_tf.datasets import load_dataset
+from gym_tf.errors import ConfigError
 from gym_tf.rollouts import build_messages
 from gym_tf.store import RunStore
 from rewards import ANSWER_FREE, load_reward
@@ -132,9 +133,26 @@ def lora_config(config: TrainConfig) -> Any:
                       target_modules=targets if targets == "all-linear" else [t.strip() for t in targets.split(",")])
 
 
-def train(config: TrainConfig, store: RunStore, resume: bool = False, run_id: str | None = None,
+def resume_train_config(store: RunStore, run_id: str, max_steps: int | None = None) -> tuple[str, TrainConfig]:
+    """The stored config of a train run, to continue it with `train(config, store, run_id)`; `max_steps` may be
+    raised to train on past the run's original end."""
+    run = store.run(run_id)
+    if run["kind"] != "train":
+        raise ConfigError(f"run {run['id']} is a {run['kind']} run, not a train run")
+    config = TrainConfig.model_validate(run["config"])
+    if max_steps is not None:
+        config = config.model_copy(update={"max_steps": max_steps})
+    return run["id"], config
+
+
+def train(config: TrainConfig, store: RunStore, run_id: str | None = None,
           on_log: Callable[[dict], None] | None = None) -> tuple[str, Path]:
-    """Train, logging every step to the run store. Returns (run id, directory of the adapter or full model)."""
+    """Train, logging every step to the run store. Returns (run id, directory of the adapter or full model).
+
+    With `run_id` (see `resume_train_config`) it continues that run, in the same run row, from the last checkpoint
+    in its output directory. A run with no checkpoint there, or whose dataset changed, is refused: never started
+    over in silence.
+    """
     import datasets
     from transformers import PrinterCallback, TrainerCallback
     from trl import GRPOTrainer
@@ -142,11 +160,21 @@ def train(config: TrainConfig, store: RunStore, resume: bool = False, run_id: st
     problems = load_dataset(config.dataset, config.problem_field, config.answer_field,
                             require_answer=config.reward not in ANSWER_FREE, limit=config.limit)
     rows = [{**{k: v for k, v in p.row.items() if isinstance(v, (str, int, float))},
-             "prompt": build_messages(p, ""), "answer": p.answer} for p in problems]
+             "prompt": build_messages(p)[0], "answer": p.answer} for p in problems]
     data = datasets.Dataset.from_list(rows)
     reward = trl_reward(load_reward(config.reward), config.group_size)
     if run_id is None:
         run_id = store.new_run("train", config.model_dump(mode="json"), Path(config.model).name, config.dataset, "")
+        store.check_dataset(run_id, problems)  # recorded, for a later resume to compare
+        checkpoint = None
+    else:
+        run_id = store.run(run_id)["id"]
+        checkpoint = _last_checkpoint(config.output_dir)
+        if checkpoint is None:
+            raise ConfigError(f"run {run_id} has no checkpoint in {config.output_dir} to resume from (one is written "
+                              f"every {config.save_steps} steps): start a new run instead")
+        store.check_dataset(run_id, problems)
+        store.claim_run(run_id)  # refused while another process trains it
 
     class RecordSteps(TrainerCallback):
         def on_log(self, args, state, control, logs=None, **kwargs):
@@ -159,14 +187,17 @@ def train(config: TrainConfig, store: RunStore, resume: bool = False, run_id: st
                 if on_log:
                     on_log({"step": state.global_step, "max_steps": state.max_steps, **stats})
 
-    trainer = GRPOTrainer(model=config.model, reward_funcs=[reward], args=trl_args(config), train_dataset=data,
-                          peft_config=lora_config(config) if config.lora else None, callbacks=[RecordSteps()])
-    trainer.remove_callback(PrinterCallback)  # progress is ours (on_log); no raw dicts on stdout
-    checkpoint = resume and _last_checkpoint(config.output_dir)
-    trainer.train(resume_from_checkpoint=checkpoint or None)
-    out = Path(config.output_dir) / ("adapter" if config.lora else "model")
-    trainer.save_model(str(out))
-    trainer.processing_class.save_pretrained(str(out))
+    try:
+        trainer = GRPOTrainer(model=config.model, reward_funcs=[reward], args=trl_args(config), train_dataset=data,
+                              peft_config=lora_config(config) if config.lora else None, callbacks=[RecordSteps()])
+        trainer.remove_callback(PrinterCallback)  # progress is ours (on_log); no raw dicts on stdout
+        trainer.train(resume_from_checkpoint=checkpoint)
+        out = Path(config.output_dir) / ("adapter" if config.lora else "model")
+        trainer.save_model(str(out))
+        trainer.processing_class.save_pretrained(str(out))
+    except BaseException as exc:  # recorded, then raised on: the run can be resumed from its last checkpoint
+        store.finish_run(run_id, "failed", {"error": f"{type(exc).__name__}: {exc}"})
+        raise
     store.finish_run(run_id, "finished", {"steps": trainer.state.global_step, "output": str(out)})
     return run_id, out
 

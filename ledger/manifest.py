@@ -10,6 +10,7 @@ over the canonical bytes of the manifest alone.
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 from eth_account.signers.local import LocalAccount
@@ -19,8 +20,12 @@ from ledger.cid import canonical
 from ledger.errors import SignatureError, TamperedError
 
 FORMAT = "gym-tf-manifest/1"
-REQUIRED = ("library_cid", "library_address", "log_entry", "merkle_root", "tree_size", "leaf_index", "inclusion_proof",
-            "signer")
+# Each required field and the JSON type it must have; a manifest is untrusted input until every check passed.
+FIELDS: dict[str, tuple[type, ...]] = {
+    "library_cid": (str,), "library_address": (str,), "parent_cid": (str, type(None)), "log_entry": (str,),
+    "merkle_root": (str,), "tree_size": (int,), "leaf_index": (int,), "inclusion_proof": (dict,), "signer": (str,),
+}
+OPTIONAL: dict[str, tuple[type, ...]] = {"evaluation": (dict, type(None)), "config_hash": (str, type(None))}
 
 
 def sign_manifest(manifest: dict[str, Any], account: LocalAccount) -> bytes:
@@ -35,10 +40,24 @@ def read_manifest(document: bytes) -> tuple[dict[str, Any], str]:
         manifest, signature = outer["manifest"], outer["signature"]
     except (json.JSONDecodeError, KeyError, TypeError):
         raise TamperedError("manifest: not a signed gym-tf manifest") from None
-    missing = [k for k in REQUIRED if k not in manifest]
-    if missing or manifest.get("format") != FORMAT:
-        raise TamperedError(f"manifest: missing {missing or 'format'}")
+    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
+        raise TamperedError(f"manifest: not in the {FORMAT} format")
+    missing = [k for k in FIELDS if k not in manifest]
+    if missing:
+        raise TamperedError(f"manifest: missing {', '.join(missing)}")
+    for name, types in [*FIELDS.items(), *OPTIONAL.items()]:
+        value = manifest.get(name)
+        if name in manifest and (not isinstance(value, types) or isinstance(value, bool)):
+            wanted = " or ".join("null" if t is type(None) else _JSON_NAMES[t] for t in types)
+            raise TamperedError(f"manifest {name}: must be {wanted}, not {json.dumps(value)[:40]}")
+    if not re.fullmatch(r"[0-9a-f]{64}", manifest["merkle_root"]):
+        raise TamperedError("manifest merkle_root: must be 64 lowercase hex digits (a SHA-256 root)")
+    if not isinstance(signature, str):
+        raise TamperedError("signature: must be a hex string")
     return manifest, signature
+
+
+_JSON_NAMES = {str: "a string", int: "an integer", dict: "an object"}
 
 
 def check_signature(manifest: dict[str, Any], signature: str, expected_signer: str | None = None) -> None:

@@ -53,14 +53,32 @@ def regex_match(completions: list[str], pattern: str, **_: object) -> list[float
     return [1.0 if compiled.search(c) else 0.0 for c in completions]
 
 
-_LETTER = re.compile(r"(?:answer\s*(?:is|:)?\s*\(?|\\boxed\{\s*\(?|^\s*\(?)([A-J])\b\)?", re.IGNORECASE | re.MULTILINE)
+# Where a multiple-choice answer is stated, strongest first. A bare letter counts only alone on its line ("B", "(B)",
+# "B."): the start of any line would read "I hope this helps" as option I. Letters are capitals unless boxed or in
+# parentheses, so the article in "the answer is a bit subtle" is not option A.
+_LETTER = r"(?:\(([A-Ja-j])\)|([A-J])\b)"
+_CHOICE_FORMS = [
+    re.compile(r"\\boxed\{\s*\(?([A-Ja-j])\)?\s*\}"),
+    re.compile(r"(?i:answer)\s*(?:is|:)\s*" + _LETTER),
+    re.compile(r"^\s*" + _LETTER + r"\s*[.:]?\s*$", re.MULTILINE),
+]
+
+
+def chosen_letter(text: str) -> str | None:
+    """The multiple-choice letter a completion states: the last boxed one, else the last "answer is X", else the
+    last letter standing alone on a line.
+
+    >>> chosen_letter("The answer is (B).\\nI hope this helps.")
+    'B'
+    """
+    for form in _CHOICE_FORMS:
+        found = form.findall(text)
+        if found:
+            return "".join(found[-1]).upper()
+    return None
 
 
 def choice_letter(completions: list[str], answer: str, **_: object) -> list[float | None]:
-    """1.0 where the chosen multiple-choice letter (A-J) equals `answer`; the last stated letter counts."""
+    """1.0 where the chosen multiple-choice letter (A-J, see `chosen_letter`) equals `answer`."""
     gold = str(answer).strip().strip("()").upper()
-    scores: list[float | None] = []
-    for completion in completions:
-        letters = _LETTER.findall(completion)
-        scores.append(1.0 if letters and letters[-1].upper() == gold else 0.0)
-    return scores
+    return [1.0 if chosen_letter(c) == gold else 0.0 for c in completions]

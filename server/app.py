@@ -4,19 +4,20 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import hmac
 import json
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
-import aiohttp
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from starlette.exceptions import HTTPException
 
 from gym_tf.errors import UnknownVersion
-from gym_tf.library import EMPTY_LIBRARY, LibraryVersion, render_library, short, with_library
+from gym_tf.library import EMPTY_LIBRARY, LibraryVersion, render_library, short, with_library, with_policy
 from gym_tf.store import RunStore
 from server import proxy
 from server.errors import OpenAIError
@@ -30,31 +31,57 @@ VERSION_HEADER = "x-gym-tf-library-version"   # response: the version that answe
 class ServerConfig:
     api_keys: list[str] = field(default_factory=list)
     max_body_bytes: int = 4 * 1024 * 1024
-    max_library_tokens: int | None = 1024
+    max_library_tokens: int | None = None  # None: each version's own recorded cap, as its run rendered it
+    max_n: int = 128  # OpenAI's own cap; a fan-out upstream gets at most this many requests per request
 
 
 class LibraryRegistry:
     """Which library answers a request: a pinned one (`model@version` or the header), else the store's served one.
 
     The served pointer is read per request, so `gym-tf library promote` takes effect without a restart; a request
-    keeps the version it resolved at its start until it ends. Rendered texts are cached by version id.
+    keeps the version it resolved at its start until it ends. A pin is a full id or a prefix that names one version
+    now; a version its run's gate rejected is served only when pinned by its full id. Rendered texts are cached by
+    full id, so a prefix is looked up again each time (a new version can make it ambiguous).
     """
 
     def __init__(self, store: RunStore, max_tokens: int | None):
         self.store = store
         self.max_tokens = max_tokens
-        self._rendered: dict[str, tuple[LibraryVersion, str]] = {}
+        self._versions = {"empty": EMPTY_LIBRARY}
 
-    def resolve(self, pinned: str | None) -> tuple[LibraryVersion, str]:
+    def resolve(self, pinned: str | None) -> LibraryVersion:
+        """The version answering a request, under its own render policy (or the server's cap, if one was set)."""
         ref = pinned or self.store.served_version_id() or "empty"
-        if ref in self._rendered:
-            return self._rendered[ref]
+        if ref in self._versions:
+            return self._versions[ref]
         try:
             version = self.store.version(ref)
         except UnknownVersion as exc:
             raise OpenAIError(404, f"unknown library version: {exc}", code="library_not_found") from None
-        self._rendered[ref] = (version, render_library(version, self.max_tokens))
-        return self._rendered[ref]
+        if ref != version.id and self.store.version_row(version.id)["status"] == "rejected":
+            raise OpenAIError(404, f"library version {ref!r} was rejected by its run; pin its full id to serve it",
+                              code="library_not_found")
+        if version.id not in self._versions:
+            capped = version.policy.model_copy(update={"max_tokens": self.max_tokens}) if self.max_tokens else None
+            self._versions[version.id] = with_policy(version, capped)
+        return self._versions[version.id]
+
+
+@functools.lru_cache(maxsize=4096)
+def rendered(version: LibraryVersion, query: str) -> str:
+    """The library text for a request: the items `select_items` picks for its text, as in optimize and eval."""
+    return render_library(version, query)
+
+
+def request_text(messages: Any) -> str:
+    """What a chat request asks: its last user message's text (the problem, in optimize's solve prompt)."""
+    for message in reversed(messages if isinstance(messages, list) else []):
+        if isinstance(message, dict) and message.get("role") == "user":
+            content = message.get("content")
+            if isinstance(content, list):
+                return " ".join(p.get("text", "") for p in content if isinstance(p, dict) and isinstance(p.get("text"), str))
+            return content if isinstance(content, str) else ""
+    return ""
 
 
 class Metrics:
@@ -84,10 +111,8 @@ def create_app(upstream: Upstream, store: RunStore, config: ServerConfig | None 
     config = config or ServerConfig()
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI):
-        try:
-            await upstream.start()
-        except (aiohttp.ClientError, asyncio.TimeoutError):
-            pass  # a dead upstream is not fatal: readiness reports it, requests get 502
+        with contextlib.suppress(OpenAIError):
+            await upstream.model_name()  # a dead upstream is not fatal: readiness says so, the next request asks again
         yield
         await upstream.aclose()
 
@@ -101,7 +126,12 @@ def create_app(upstream: Upstream, store: RunStore, config: ServerConfig | None 
     @app.exception_handler(OpenAIError)
     async def openai_error(request: Request, exc: OpenAIError):
         metrics.requests.labels(request.url.path, str(exc.status)).inc()
-        return exc.response()
+        version = getattr(request.state, "library_version", None)  # set once a request has chosen its version
+        return exc.response({VERSION_HEADER: version} if version else None)
+
+    @app.exception_handler(HTTPException)
+    async def http_error(request: Request, exc: HTTPException):  # unknown paths and methods, in the same shape
+        return OpenAIError(exc.status_code, str(exc.detail)).response(exc.headers)
 
     @app.get("/health")
     async def health():
@@ -115,7 +145,7 @@ def create_app(upstream: Upstream, store: RunStore, config: ServerConfig | None 
         except Exception as exc:  # noqa: BLE001 - any failure means not ready; the reason is reported
             problems.append(f"upstream {upstream.base_url}: {exc.__class__.__name__}")
         try:
-            version, _ = registry.resolve(None)
+            version = registry.resolve(None)
         except OpenAIError as exc:
             problems.append(exc.message)
             version = None
@@ -125,33 +155,43 @@ def create_app(upstream: Upstream, store: RunStore, config: ServerConfig | None 
 
     @app.get("/metrics")
     async def prometheus():
-        served, _ = registry.resolve(None)
+        served = registry.resolve(None)
         metrics.served.clear()
         metrics.served.labels(served.id).set(1)
         return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
     @app.get("/v1/models")
     async def models():
-        now = int(time.time())
-        ids = [upstream.model] + [f"{upstream.model}@{short(v['id'])}" for v in store.versions()
-                                  if v["status"] in ("promoted", "imported") and v["id"] != EMPTY_LIBRARY.id]
+        now, model = int(time.time()), await upstream.model_name()
+        ids = [model] + [f"{model}@{short(v['id'])}" for v in store.versions()
+                         if v["status"] in ("promoted", "imported") and v["id"] != EMPTY_LIBRARY.id]
         return {"object": "list", "data": [{"id": i, "object": "model", "created": now, "owned_by": "gym-tf"} for i in ids]}
 
     @app.post("/v1/chat/completions")
     async def chat(request: Request):
         body = await _json_body(request, config.max_body_bytes)
-        if not isinstance(body.get("messages"), list):
-            raise OpenAIError(400, "messages must be a list", param="messages")
-        version, text = registry.resolve(split_model(body.get("model")) or request.headers.get(LIBRARY_HEADER))
-        body = {**body, "model": upstream.model, "messages": with_library(body["messages"], text)}
+        version = _version(request, body)
+        _check(body, config.max_n, chat=True)
+        text = rendered(version, request_text(body["messages"]))
+        body = {**body, "model": await upstream.model_name(), "messages": with_library(body["messages"], text)}
         return await _forward(request, "/chat/completions", body, version)
 
     @app.post("/v1/completions")
     async def completions(request: Request):
         body = await _json_body(request, config.max_body_bytes)
-        version, text = registry.resolve(split_model(body.get("model")) or request.headers.get(LIBRARY_HEADER))
-        body = {**body, "model": upstream.model, "prompt": _inject_prompt(body.get("prompt"), text)}
+        version = _version(request, body)
+        _check(body, config.max_n, chat=False)
+        prompt = body.get("prompt")
+        text = rendered(version, prompt if isinstance(prompt, str) else "")
+        body = {**body, "model": await upstream.model_name(), "prompt": _inject_prompt(body.get("prompt"), text)}
         return await _forward(request, "/completions", body, version)
+
+    def _version(request: Request, body: dict[str, Any]) -> LibraryVersion:
+        if not isinstance(body.get("model", ""), str):
+            raise OpenAIError(400, "model must be a string", param="model")
+        version = registry.resolve(split_model(body.get("model")) or request.headers.get(LIBRARY_HEADER))
+        request.state.library_version = version.id
+        return version
 
     async def _forward(request: Request, path: str, body: dict[str, Any], version: LibraryVersion):
         headers = {VERSION_HEADER: version.id}
@@ -178,7 +218,7 @@ def create_app(upstream: Upstream, store: RunStore, config: ServerConfig | None 
 
 
 class Guard:
-    """API keys and the body size limit for /v1/, as plain ASGI: Starlette's BaseHTTPMiddleware would sit in
+    """API keys and the declared body size limit, as plain ASGI: Starlette's BaseHTTPMiddleware would sit in
     every streamed chunk's path (measured in benchmarks/proxy_overhead.py)."""
 
     def __init__(self, app, config: ServerConfig):
@@ -186,12 +226,15 @@ class Guard:
         self.config = config
 
     async def __call__(self, scope, receive, send):
-        if scope["type"] == "http" and scope["path"].startswith("/v1/"):
+        if scope["type"] == "http":
             headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]}
+            length = headers.get("content-length", "")
             error = None
-            if self.config.api_keys and not _authorized(headers.get("authorization", ""), self.config.api_keys):
+            # everything but the bare liveness probe: readiness names the upstream, metrics and the schema tell a lot
+            if self.config.api_keys and scope["path"] != "/health" \
+                    and not _authorized(headers.get("authorization", ""), self.config.api_keys):
                 error = OpenAIError(401, "invalid or missing API key", code="invalid_api_key")
-            elif int(headers.get("content-length") or 0) > self.config.max_body_bytes:
+            elif length.isdigit() and int(length) > self.config.max_body_bytes:
                 error = OpenAIError(413, f"request body over {self.config.max_body_bytes} bytes")
             if error is not None:
                 await error.response()(scope, receive, send)
@@ -207,16 +250,37 @@ def _authorized(header: str, keys: list[str]) -> bool:
 
 
 async def _json_body(request: Request, limit: int) -> dict[str, Any]:
-    raw = await request.body()
-    if len(raw) > limit:
-        raise OpenAIError(413, f"request body over {limit} bytes")
+    """The body as a JSON object, read chunk by chunk: a chunked body over the limit is refused as soon as it passes
+    it, never buffered whole."""
+    raw = bytearray()
+    async for chunk in request.stream():
+        raw += chunk
+        if len(raw) > limit:
+            raise OpenAIError(413, f"request body over {limit} bytes")
     try:
         body = json.loads(raw)
-    except json.JSONDecodeError as exc:
-        raise OpenAIError(400, f"request body is not valid JSON: {exc.msg}") from None
+    except ValueError as exc:
+        raise OpenAIError(400, f"request body is not valid JSON: {exc}") from None
+    except RecursionError:
+        raise OpenAIError(400, "request body is not valid JSON: nested too deeply") from None
     if not isinstance(body, dict):
         raise OpenAIError(400, "request body must be a JSON object")
     return body
+
+
+def _check(body: dict[str, Any], max_n: int, chat: bool) -> None:
+    """The fields the proxy itself reads must have their OpenAI types; everything else is the upstream's to judge."""
+    messages = body.get("messages")
+    if chat and (not isinstance(messages, list)
+                 or not all(isinstance(m, dict) and isinstance(m.get("role"), str) for m in messages)):
+        raise OpenAIError(400, "messages must be a list of objects, each with a string role", param="messages")
+    n = body.get("n")
+    if n is not None and (type(n) is not int or not 1 <= n <= max_n):
+        raise OpenAIError(400, f"n must be an integer from 1 to {max_n}", param="n")
+    if body.get("seed") is not None and type(body["seed"]) is not int:
+        raise OpenAIError(400, "seed must be an integer", param="seed")
+    if not isinstance(body.get("stream_options") or {}, dict):
+        raise OpenAIError(400, "stream_options must be an object", param="stream_options")
 
 
 def _inject_prompt(prompt: Any, text: str) -> Any:

@@ -5,8 +5,8 @@ from __future__ import annotations
 from fastapi.responses import JSONResponse
 
 TYPES = {400: "invalid_request_error", 401: "authentication_error", 404: "not_found_error",
-         413: "invalid_request_error", 422: "invalid_request_error", 502: "upstream_error", 503: "upstream_unavailable",
-         504: "upstream_timeout"}
+         405: "invalid_request_error", 413: "invalid_request_error", 422: "invalid_request_error",
+         499: "client_disconnected", 502: "upstream_error", 503: "upstream_unavailable", 504: "upstream_timeout"}
 
 
 class OpenAIError(Exception):

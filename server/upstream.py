@@ -1,7 +1,7 @@
 """The model behind the server: any OpenAI-compatible HTTP server, or the embedded model started on loopback.
 
-The embedded model is served by llama-cpp-python's own OpenAI-compatible app in a background thread, so both cases
-share one proxy path (streaming included). Servers that ignore `n` are answered by fanning out n requests.
+The embedded model is served by llama.cpp's own OpenAI-compatible server (xllamacpp) on loopback, in this process,
+so both cases share one proxy path (streaming included). Servers that ignore `n` are answered by fanning out n requests.
 
 The client is aiohttp rather than httpx: its C HTTP parser halves what the proxy adds per streamed request
 (benchmarks/proxy_overhead.py: at 64 streams 0.976x direct with aiohttp against 0.962x with httpx, added p50
@@ -13,8 +13,7 @@ from __future__ import annotations
 import asyncio
 import json
 import socket
-import threading
-import time
+from pathlib import Path
 from typing import Any, AsyncIterator
 
 import aiohttp
@@ -26,26 +25,33 @@ class Upstream:
     """One OpenAI-compatible server. The session is made on first use, inside the event loop that serves."""
 
     def __init__(self, base_url: str, model: str | None = None, api_key: str | None = None, timeout_s: float = 600.0,
-                 supports_n: bool | None = None):
+                 supports_n: bool | None = None, fan_out: int = 8, max_connections: int = 1024):
         self.base_url = base_url.rstrip("/")
         self.model = model or ""
         self.headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self.timeout = aiohttp.ClientTimeout(total=timeout_s, connect=5.0)
         self.supports_n = supports_n  # None: learned from the first non-streaming n > 1 request
+        self.fan_out = fan_out  # requests of one fanned-out request in flight at a time
+        self.max_connections = max_connections  # to the upstream, over all requests
         self._session: aiohttp.ClientSession | None = None
 
     @property
     def session(self) -> aiohttp.ClientSession:
         if self._session is None:
             self._session = aiohttp.ClientSession(headers=self.headers, timeout=self.timeout,
-                                                  connector=aiohttp.TCPConnector(limit=0))
+                                                  connector=aiohttp.TCPConnector(limit=self.max_connections))
         return self._session
 
-    async def start(self) -> None:
-        """Learn the model name if none was given; a dead upstream is reported, not fatal (readiness says so)."""
+    async def model_name(self) -> str:
+        """The model to ask for: the one given, else the upstream's first, learned on first need. An upstream that
+        is down at start-up is asked again by the next request, instead of leaving the name empty for good."""
         if not self.model:
-            models = await self.models()
+            try:
+                models = await self.models()
+            except (aiohttp.ClientError, asyncio.TimeoutError, ValueError, KeyError, TypeError) as exc:
+                raise OpenAIError(502, f"upstream {self.base_url} is unreachable: {exc.__class__.__name__}") from None
             self.model = models[0] if models else "unknown"
+        return self.model
 
     async def models(self) -> list[str]:
         async with self.session.get(f"{self.base_url}/models", timeout=aiohttp.ClientTimeout(total=5)) as reply:
@@ -56,9 +62,12 @@ class Upstream:
         try:
             async with self.session.post(self.base_url + path, json=body) as reply:
                 try:
-                    return reply.status, await reply.json(content_type=None)
-                except json.JSONDecodeError:
-                    raise OpenAIError(502, f"upstream {self.base_url} answered {reply.status} with non-JSON") from None
+                    payload = await reply.json(content_type=None)
+                except (json.JSONDecodeError, UnicodeDecodeError):
+                    payload = None
+                if not isinstance(payload, dict):
+                    raise OpenAIError(502, f"upstream {self.base_url} answered {reply.status} without a JSON object")
+                return reply.status, payload
         except asyncio.TimeoutError:
             raise OpenAIError(504, f"upstream {self.base_url} timed out") from None
         except aiohttp.ClientError as exc:
@@ -75,6 +84,8 @@ class Upstream:
                     try:
                         payload = json.loads(text)
                     except json.JSONDecodeError:
+                        payload = None
+                    if not isinstance(payload, dict):
                         payload = OpenAIError(reply.status, text).body()
                     yield {"__status__": reply.status, **payload}
                     return
@@ -105,27 +116,21 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def start_embedded(model_file: str | None = None, n_ctx: int = 4096) -> tuple[Upstream, threading.Thread]:
-    """Serve the embedded GGUF with llama-cpp-python's OpenAI-compatible app on a loopback port, in this process."""
-    import uvicorn
-    from llama_cpp.server.app import create_app
-    from llama_cpp.server.settings import ModelSettings, ServerSettings
+def start_embedded(model_file: str | None = None, n_ctx: int = 4096) -> tuple[Upstream, Any]:
+    """Serve the embedded GGUF with llama.cpp's own OpenAI-compatible server (xllamacpp) on a loopback port, in
+    this process. The returned server object must be kept alive for as long as the upstream is used."""
+    import xllamacpp
 
-    from gym_tf.backends.embedded import DEFAULT_MODEL_NAME, default_model_path
+    from gym_tf.backends.embedded import DEFAULT_MODEL_NAME, check_engine, default_model_path, server_params
 
-    path = model_file or str(default_model_path())
-    alias = DEFAULT_MODEL_NAME if model_file is None else None
-    port = free_port()
-    app = create_app(server_settings=ServerSettings(host="127.0.0.1", port=port),
-                     model_settings=[ModelSettings(model=path, model_alias=alias, n_ctx=n_ctx, verbose=False)])
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
-    thread = threading.Thread(target=server.run, name="embedded-upstream", daemon=True)
-    thread.start()
-    deadline = time.time() + 120
-    while not server.started and thread.is_alive() and time.time() < deadline:
-        time.sleep(0.05)
-    # llama-cpp-python's server returns one choice whatever `n` says: the proxy fans out instead.
-    return Upstream(f"http://127.0.0.1:{port}/v1", model=alias or path, supports_n=False), thread
+    check_engine()
+    path = Path(model_file) if model_file else default_model_path()
+    alias = DEFAULT_MODEL_NAME if model_file is None else path.stem
+    params = server_params(path, n_ctx, threads=None, port=free_port())
+    params.model_alias = {alias}  # a set in llama.cpp's params: a plain string would become its letters
+    server = xllamacpp.Server(params)
+    # llama.cpp's server refuses n > 1 in chat completions: the proxy fans out instead.
+    return Upstream(f"{server.listening_address}/v1", model=alias, supports_n=False), server
 
 
 async def wait_all(tasks: list[asyncio.Task]) -> None:

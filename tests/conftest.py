@@ -63,13 +63,13 @@ def embedded_model_path() -> Path:
 
 @pytest.fixture(scope="session")
 def llama_server(embedded_model_path, tmp_path_factory):
-    """llama-cpp-python's OpenAI-compatible server on loopback, serving the embedded GGUF. It ignores `n`."""
+    """llama.cpp's OpenAI-compatible server on loopback (a child process), serving the embedded GGUF. It refuses n > 1."""
     port = free_port()
     log = tmp_path_factory.mktemp("llama-server") / "log.txt"
     with log.open("w") as out:
         process = subprocess.Popen(
-            [sys.executable, "-m", "llama_cpp.server", "--model", str(embedded_model_path), "--host", "127.0.0.1",
-             "--port", str(port), "--n_ctx", "4096", "--model_alias", "qwen-0.5b"],
+            [sys.executable, str(Path(__file__).parent / "llama_server.py"), str(embedded_model_path), str(port),
+             "qwen-0.5b"],
             stdout=out, stderr=subprocess.STDOUT,
         )
     try:

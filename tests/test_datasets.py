@@ -5,7 +5,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from gym_tf.datasets import load_dataset
+from gym_tf.datasets import dataset_hash, load_dataset
 from gym_tf.errors import DatasetError
 
 
@@ -81,3 +81,19 @@ def test_missing_file_and_unknown_format(tmp_path):
     (tmp_path / "d.txt").write_text("x")
     with pytest.raises(DatasetError, match="unknown dataset format"):
         load_dataset(tmp_path / "d.txt")
+
+
+def test_content_hash_covers_every_column_and_the_dataset_hash_the_order(tmp_path):
+    path = tmp_path / "d.jsonl"
+    path.write_text(json.dumps({"problem": "1+1?", "answer": "2", "level": 1}) + "\n"
+                    + json.dumps({"answer": "2", "level": 1, "problem": "1+1?", "id": "x"}) + "\n")
+    first, second = load_dataset(path)
+    again = load_dataset(path)
+    assert first.content_hash == again[0].content_hash and len(first.content_hash) == 64
+    assert first.content_hash != second.content_hash  # the id column is content too
+    variants = [{"problem": "1+1?", "answer": "3", "level": 1}, {"problem": "1+1?", "answer": "2", "level": 2},
+                {"problem": "1+2?", "answer": "2", "level": 1}]
+    for row in variants:
+        path.write_text(json.dumps(row) + "\n")
+        assert load_dataset(path)[0].content_hash != first.content_hash, row
+    assert dataset_hash([first, second]) == dataset_hash(again) != dataset_hash([second, first])

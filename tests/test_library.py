@@ -2,8 +2,8 @@ import pytest
 from pydantic import ValidationError
 
 from gym_tf.library import (
-    EMPTY_LIBRARY, LIBRARY_HEADER, AddOp, DeleteOp, MergeOp, NoneOp, OpAdapter, Provenance, UpdateOp, apply_ops,
-    render_library, with_library,
+    EMPTY_LIBRARY, EXAMPLES_HEADER, LIBRARY_HEADER, AddOp, DeleteOp, ExampleOp, MergeOp, NoneOp, OpAdapter, Provenance,
+    RenderPolicy, UpdateOp, apply_ops, render_library, select_items, with_library, with_policy,
 )
 
 
@@ -62,15 +62,54 @@ def test_op_schema_is_strict():
             OpAdapter.validate_python(bad)
 
 
-def test_render_library_budget_keeps_oldest_items():
-    v1, _ = apply_ops(EMPTY_LIBRARY, [add(f"Lesson {n} says something useful.") for n in range(1, 6)], step=1)
-    full = render_library(v1)
-    assert full.splitlines()[0] == LIBRARY_HEADER
-    assert full.splitlines()[1] == "[E1] Lesson 1 says something useful."
-    capped = render_library(v1, max_tokens=40)
-    kept = capped.splitlines()[1:]
-    assert 0 < len(kept) < 5 and kept == full.splitlines()[1 : 1 + len(kept)]
+def test_a_full_budget_still_lets_a_new_lesson_in():
+    """Once the cap is reached, the newest lessons go in and the oldest make room: a new item always changes the
+    rendered text, so the gate compares two different prompts (it used to see the same text and pass untested)."""
+    policy = RenderPolicy(max_tokens=40)
+    v1, _ = apply_ops(with_policy(EMPTY_LIBRARY, policy), [add(f"Lesson {n} says something useful.") for n in range(1, 6)], step=1)
+    full = render_library(with_policy(v1, RenderPolicy(max_tokens=None)))
+    assert full.splitlines()[0] == LIBRARY_HEADER and full.splitlines()[1] == "[E1] Lesson 1 says something useful."
+    capped = render_library(v1).splitlines()[1:]
+    assert 0 < len(capped) < 5 and capped[-1] == "[E5] Lesson 5 says something useful."
+    v2, _ = apply_ops(v1, [add("Lesson 6 is the newest one.")], step=2)
+    assert v2.policy == policy and "[E6] Lesson 6" in render_library(v2) and render_library(v2) != render_library(v1)
     assert render_library(EMPTY_LIBRARY) == ""
+
+
+def example(text):
+    return ExampleOp(op="example", text=text)
+
+
+def test_worked_examples_are_retrieved_per_problem_deterministically():
+    lib, _ = apply_ops(EMPTY_LIBRARY, [add("Check the units before answering."),
+                                      example("Problem: How many legs do 3 spiders have?\nSolution: 3*8=24. \\boxed{24}"),
+                                      example("Problem: Sort 3, 1, 2 ascending.\nSolution: 1, 2, 3. \\boxed{1, 2, 3}"),
+                                      example("Problem: What is the GCD of 12 and 18?\nSolution: 6. \\boxed{6}")], step=1)
+    lib = with_policy(lib, RenderPolicy(examples=1))
+    assert [i.kind for i in lib.items] == ["lesson", "example", "example", "example"]
+    legs = select_items(lib, "How many legs do 5 spiders and 2 ants have?")
+    assert [i.id for i in legs] == ["E1", "E2"]  # every lesson, and the one most relevant example
+    assert [i.id for i in select_items(lib, "Find the GCD of 40 and 64.")] == ["E1", "E4"]
+    assert select_items(lib, "How many legs do 5 spiders and 2 ants have?") == legs
+    text = render_library(lib, "Find the GCD of 40 and 64.")
+    assert text.index(LIBRARY_HEADER) < text.index(EXAMPLES_HEADER) < text.index("[E4]")
+
+
+def test_retrieved_lessons_are_the_most_relevant():
+    lib, _ = apply_ops(EMPTY_LIBRARY, [add("For sorting, compare numbers digit by digit."),
+                                      add("For animal legs, multiply count by legs per animal."),
+                                      add("For fractions, divide by the greatest common divisor.")], step=1)
+    lib = with_policy(lib, RenderPolicy(lessons=1))
+    assert [i.id for i in select_items(lib, "Count the legs of 4 animals")] == ["E2"]
+
+
+def test_the_learner_cannot_rewrite_a_worked_example_and_kinds_keep_old_ids():
+    lib, _ = apply_ops(EMPTY_LIBRARY, [example("Problem: 1+1?\nSolution: \\boxed{2}")], step=1)
+    same, verdicts = apply_ops(lib, [UpdateOp(op="update", id="E1", text="A lesson that replaces it.")], step=2)
+    assert same is lib and "worked example" in verdicts[0].reason
+    lesson_only, _ = apply_ops(EMPTY_LIBRARY, [add("First lesson here.")], step=1)
+    assert "kind" not in lesson_only.model_dump(mode="json")["items"][0] and "policy" not in lesson_only.model_dump()
+    assert with_policy(lesson_only, RenderPolicy(max_tokens=64)).id != lesson_only.id
 
 
 def test_with_library_merges_into_the_system_message_first():

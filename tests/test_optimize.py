@@ -17,7 +17,7 @@ from gym_tf.library_io import diff_versions
 from gym_tf.optimize import Optimizer, resume_config
 from gym_tf.store import RunStore
 
-SMALL = OptimizeConfig(dataset="quickstart", limit=8, batch_size=4, group_size=4, epochs=2, seed=3)
+SMALL = OptimizeConfig(dataset="quickstart", limit=8, batch_size=4, group_size=4, epochs=2, seed=3, worked_examples=False)
 
 
 async def run(store, backend, config=SMALL, **kwargs):
@@ -56,10 +56,12 @@ async def test_learner_calls_match_the_reference_design(store, scripted):
 
 async def test_homogeneous_groups_cost_no_learner_calls(store, quickstart):
     perfect = ScriptedBackend({p.problem: p.answer for p in quickstart}, skill=1.0)
-    _, result = await run(store, perfect)
+    _, result = await run(store, perfect, SMALL.model_copy(update={"worked_examples": True}))
     assert result.progress.groups_skipped == 16 and result.progress.groups_used == 0
     assert {c["stage"] for c in perfect.calls} == {"solve"}
-    assert result.library.items == ()
+    # no lesson and no learner call; each solved problem left one worked example, its shortest verified answer
+    assert {i.kind for i in result.library.items} == {"example"}
+    assert len(result.library.items) == len({i.provenance.problem_ids for i in result.library.items}) == 8
 
 
 async def test_hard_groups_learn_from_the_reference_answer(store, quickstart):

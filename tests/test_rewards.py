@@ -1,5 +1,13 @@
+import asyncio
+import logging
+import threading
+import time
+
 import pytest
 
+from gym_tf.datasets import Problem
+from gym_tf.errors import RewardError
+from gym_tf.rollouts import score
 from rewards import (
     LLMJudge, RewardLoadError, choice_letter, exact_match, extract_answer, load_reward, majority_vote, math_reward,
     normalized_match, numeric_match, regex_match,
@@ -23,6 +31,52 @@ from gym_tf.backends import Choice, Generation
 )
 def test_math_reward_equivalences(completion, gold, expected):
     assert math_reward([completion], answer=gold) == [expected]
+
+
+PATHOLOGICAL = r"so \boxed{9^{9^{9^{9}}}}"  # sympy would build this power for ever (measured: > 40 s, no end)
+
+
+async def test_math_reward_off_the_main_thread_does_not_hang_on_a_pathological_completion():
+    # score() runs sync rewards in a worker thread, where math-verify's own signal timeouts cannot work
+    start = time.perf_counter()
+    scores = await asyncio.wait_for(score(math_reward, Problem("p", "x", "1"), [PATHOLOGICAL, r"\boxed{1}"]), 90)
+    assert scores == [0.0, 1.0] and time.perf_counter() - start < 60
+
+
+def test_math_reward_kills_a_check_past_its_limit_and_goes_on(caplog):
+    with caplog.at_level(logging.WARNING, logger="rewards.math_answer"):
+        scores = math_reward([PATHOLOGICAL, r"\boxed{1}", r"\boxed{2}"], answer="1", time_limit_s=1.0)
+    assert scores == [None, 1.0, 0.0]
+    assert "killed" in caplog.text and "9^{9^{9^{9}}}" in caplog.text
+
+
+async def test_a_reward_past_its_time_limit_gives_no_signal_and_is_logged(caplog):
+    release = threading.Event()
+
+    def stuck_sync(completions, **_):
+        release.wait(60)
+        return [1.0] * len(completions)
+
+    async def stuck_async(completions, **_):
+        await asyncio.sleep(60)
+        return [1.0] * len(completions)
+
+    problem = Problem("p-7", "2+2?", "4")
+    for reward in (stuck_sync, stuck_async):
+        start = time.perf_counter()
+        with caplog.at_level(logging.WARNING, logger="gym_tf.rollouts"):
+            assert await score(reward, problem, ["4", "5"], time_limit_s=0.5) == [None, None]
+        assert time.perf_counter() - start < 5
+        assert f"reward {reward.__name__} timed out after 0.5 s on problem p-7" in caplog.text
+    release.set()
+
+
+async def test_a_reward_that_raises_is_a_reward_error_naming_it_and_the_problem():
+    def broken(completions, **row):
+        return [float(row["no_such_column"])] * len(completions)
+
+    with pytest.raises(RewardError, match=r"reward 'broken' failed on problem p-3: KeyError: 'no_such_column'"):
+        await score(broken, Problem("p-3", "x", "1"), ["1"])
 
 
 def test_extract_answer_prefers_last_box_then_statement_then_number():
@@ -53,6 +107,23 @@ def test_choice_letter():
     completions = ["The answer is (B).", "\\boxed{C}", "I think A, no wait, the answer is D", "none"]
     assert choice_letter(completions, answer="D") == [0.0, 0.0, 1.0, 0.0]
     assert choice_letter(completions, answer="(B)") == [1.0, 0.0, 0.0, 0.0]
+
+
+@pytest.mark.parametrize(
+    "completion, chosen",
+    [
+        ("The answer is (B).\nI hope this helps.", "B"),  # "I" opens a line, it is not an option
+        ("The answer is B.\nA) would double count; C) too.", "B"),  # lines discussing options are not choices
+        ("The answer is a bit subtle.\nAfter all: \\boxed{D}", "D"),  # the article "a" is not option A
+        ("\\boxed{C}\nBut the answer is A under the other reading.", "C"),  # a boxed letter beats a stated one
+        ("Let me compare them.\n(C)\n", "C"),  # a letter alone on a line is a choice
+        ("Answer: E", "E"),
+        ("I cannot tell.", None),
+    ],
+)
+def test_choice_letter_reads_only_stated_choices(completion, chosen):
+    for letter in "ABCDEFGHIJ":
+        assert choice_letter([completion], answer=letter) == [1.0 if letter == chosen else 0.0], letter
 
 
 def test_majority_vote_pseudo_reward():

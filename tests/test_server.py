@@ -2,6 +2,7 @@
 for what the upstream receives, and real upstreams (llama-cpp-python's server, the embedded model) end to end."""
 
 import json
+import socket
 import subprocess
 import sys
 import threading
@@ -20,6 +21,8 @@ from server import ServerConfig, create_app
 from server.upstream import Upstream
 
 TESTS = Path(__file__).parent
+KEY = {"Authorization": "Bearer k2"}  # one of the `fake` fixture's keys
+HI = [{"role": "user", "content": "hi"}]
 
 
 class Running:
@@ -39,8 +42,8 @@ class Running:
         self.thread.join(timeout=10)
 
 
-def start_fake(tmp_path, supports_n=True, delay=0.0):
-    port, record = free_port(), tmp_path / f"record-{time.time_ns()}.jsonl"
+def start_fake(tmp_path, supports_n=True, delay=0.0, port=None):
+    port, record = port or free_port(), tmp_path / f"record-{time.time_ns()}.jsonl"
     record.touch()
     process = subprocess.Popen([sys.executable, str(TESTS / "fake_upstream.py"), str(port), str(record),
                                 "1" if supports_n else "0", str(delay)])
@@ -77,7 +80,7 @@ def fake(tmp_path, library_store):
 
 def test_library_injected_once_first_in_the_system_message(fake):
     client, record, store, v1, *_ = fake
-    text = render_library(v1, 1024)
+    text = render_library(v1)
     client.chat.completions.create(model="anything", messages=[{"role": "user", "content": "hi"}])
     client.chat.completions.create(model="anything", messages=[
         {"role": "system", "content": "Be brief."}, {"role": "user", "content": "hi"}])
@@ -166,7 +169,7 @@ def test_fan_out_when_the_upstream_ignores_n(tmp_path, library_store):
 
 def test_completions_inject_text_prompts_only(fake):
     client, record, store, v1, *_ = fake
-    text = render_library(v1, 1024)
+    text = render_library(v1)
     client.completions.create(model="m", prompt="2+2=")
     client.completions.create(model="m", prompt=["a", "b"])
     client.completions.create(model="m", prompt=[1, 2, 3])
@@ -190,8 +193,8 @@ def test_promote_switches_without_restart_and_in_flight_keeps_its_version(tmp_pa
         after = client.chat.completions.with_raw_response.create(model="m", messages=[{"role": "user", "content": "x"}])
         assert after.headers["x-gym-tf-library-version"] == v2.id
         first, second = received(record)
-        assert first["messages"][0]["content"] == render_library(v1, 1024)
-        assert second["messages"][0]["content"] == render_library(v2, 1024)
+        assert first["messages"][0]["content"] == render_library(v1)
+        assert second["messages"][0]["content"] == render_library(v2)
     finally:
         running.stop()
         process.kill()
@@ -234,14 +237,176 @@ def test_body_limit_and_bad_json(library_store, tmp_path):
 def test_metrics_count_requests_tokens_and_the_served_version(fake):
     client, _, _, v1, _, _, running = fake
     client.chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}])
-    text = httpx.get(f"http://127.0.0.1:{running.port}/metrics").text
+    text = httpx.get(f"http://127.0.0.1:{running.port}/metrics", headers=KEY).text
     assert 'gym_tf_requests_total{route="/chat/completions",status="200"} 1.0' in text
     assert 'gym_tf_tokens_total{kind="completion"} 6.0' in text
     assert f'gym_tf_library_served{{version="{v1.id}"}} 1.0' in text
-    assert httpx.get(f"http://127.0.0.1:{running.port}/health/ready").json()["status"] == "ready"
+    assert httpx.get(f"http://127.0.0.1:{running.port}/health/ready", headers=KEY).json()["status"] == "ready"
+
+
+# --- hardening (issue #12, items 6 and 7) ------------------------------------------------------------------------
+
+
+def test_keys_guard_everything_but_the_liveness_probe(fake):
+    *_, running = fake
+    root = f"http://127.0.0.1:{running.port}"
+    for path in ("/metrics", "/openapi.json", "/health/ready", "/v1/models", "/nowhere"):
+        refused = httpx.get(root + path)
+        assert refused.status_code == 401 and refused.json()["error"]["code"] == "invalid_api_key", path
+        assert "127.0.0.1" not in refused.text  # readiness names the upstream only to a key holder
+    assert httpx.get(root + "/health").status_code == 200
+    for path in ("/metrics", "/openapi.json", "/health/ready"):
+        assert httpx.get(root + path, headers=KEY).status_code == 200, path
+
+
+def test_unknown_paths_answer_in_openai_shape(fake):
+    *_, running = fake
+    reply = httpx.get(f"http://127.0.0.1:{running.port}/v1/nowhere", headers=KEY)
+    assert reply.status_code == 404 and reply.json()["error"]["type"] == "not_found_error"
+
+
+def test_n_is_capped_and_a_fan_out_holds_few_connections(tmp_path, library_store):
+    store, v1, _ = library_store
+    process, url, _ = start_fake(tmp_path, supports_n=False, delay=0.05)
+    running = Running(create_app(Upstream(url, fan_out=4), store, ServerConfig(max_n=16)))
+    try:
+        client = openai.OpenAI(base_url=running.url, api_key="x", max_retries=0, timeout=30)
+        reply = client.chat.completions.create(model="m", messages=HI, n=12)
+        assert [c.index for c in reply.choices] == list(range(12))
+        chunks = list(client.chat.completions.create(model="m", messages=HI, n=12, stream=True))
+        assert {c.choices[0].index for c in chunks if c.choices} == set(range(12))
+        assert 1 < httpx.get(url.removesuffix("/v1") + "/stats").json()["max_in_flight"] <= 4
+        for n in (17, 0, -1):
+            with pytest.raises(openai.BadRequestError) as caught:
+                client.chat.completions.create(model="m", messages=HI, n=n)
+            assert caught.value.body["param"] == "n"
+            assert caught.value.response.headers["x-gym-tf-library-version"] == v1.id  # errors name the version too
+    finally:
+        running.stop()
+        process.kill()
+
+
+def test_a_fan_out_stream_with_a_bad_upstream_line_ends_with_an_error_event(tmp_path, library_store):
+    store, *_ = library_store
+    process, url, _ = start_fake(tmp_path, supports_n=False)
+    running = Running(create_app(Upstream(url), store))
+    try:
+        client = openai.OpenAI(base_url=running.url, api_key="x", max_retries=0, timeout=10)
+        for include_usage in (False, True):
+            stream = client.chat.completions.create(model="m", messages=[{"role": "user", "content": "bad-line"}],
+                                                    n=2, stream=True, stream_options={"include_usage": include_usage})
+            with pytest.raises(openai.APIError, match="bad event"):
+                list(stream)
+    finally:
+        running.stop()
+        process.kill()
+
+
+def test_a_chunked_body_over_the_limit_is_refused_before_it_ends(library_store):
+    store, *_ = library_store
+    running = Running(create_app(Upstream("http://127.0.0.1:9/v1", model="m"), store, ServerConfig(max_body_bytes=1000)))
+    try:
+        with socket.create_connection(("127.0.0.1", running.port), timeout=5) as conn:
+            conn.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                         b"Transfer-Encoding: chunked\r\n\r\n" + b"%x\r\n%s\r\n" % (2000, b" " * 2000))
+            # the body has not ended (no closing 0-chunk): a server that buffers it whole would still be waiting
+            reply = b""
+            while b"}}" not in reply and (part := conn.recv(4096)):
+                reply += part
+        assert reply.startswith(b"HTTP/1.1 413") and b'"type":"invalid_request_error"' in reply
+    finally:
+        running.stop()
+
+
+def test_an_upstream_down_at_start_up_is_asked_again_for_its_model(tmp_path, library_store):
+    store, *_ = library_store
+    port = free_port()
+    running = Running(create_app(Upstream(f"http://127.0.0.1:{port}/v1"), store))
+    process = None
+    try:
+        client = openai.OpenAI(base_url=running.url, api_key="x", max_retries=0)
+        with pytest.raises(openai.APIStatusError) as caught:
+            client.chat.completions.create(model="m", messages=HI)
+        assert caught.value.status_code == 502
+        process, _, record = start_fake(tmp_path, port=port)
+        client.chat.completions.create(model="m", messages=HI)
+        assert received(record)[-1]["model"] == "fake-model"
+        assert [m.id for m in client.models.list()][0] == "fake-model"
+    finally:
+        running.stop()
+        if process:
+            process.kill()
+
+
+def test_a_pin_is_an_exact_id_or_a_plain_prefix_and_rejected_versions_need_the_full_id(fake):
+    client, record, store, v1, v2, *_ = fake
+    v3, _ = apply_ops(v2, [AddOp(op="add", text="A lesson the gate turned down.")], step=3)
+    store.put_version(v3, run_id="r", status="rejected")
+
+    def answering(pin):
+        return client.chat.completions.with_raw_response.create(
+            model="m", messages=HI, extra_headers={"x-gym-tf-library": pin}).headers["x-gym-tf-library-version"]
+
+    assert answering(short(v2.id)) == v2.id and answering(v3.id) == v3.id
+    for pin in ("%", "%" + v2.id[-10:], "_" + v2.id[1:], v2.id[:-1] + "_", "b%", short(v3.id), v3.id[:-1],
+                v2.id.upper(), "bafkrei"):
+        with pytest.raises(openai.NotFoundError):
+            answering(pin)
+    assert [m.id for m in client.models.list()] == ["fake-model", f"fake-model@{short(v1.id)}", f"fake-model@{short(v2.id)}"]
+
+
+def test_errors_after_the_version_is_chosen_carry_its_header(tmp_path, library_store):
+    store, v1, _ = library_store
+    running = Running(create_app(Upstream("http://127.0.0.1:9/v1", model="m"), store))
+    try:
+        reply = httpx.post(f"{running.url}/chat/completions", json={"messages": HI})
+        assert reply.status_code == 502 and reply.headers["x-gym-tf-library-version"] == v1.id
+        assert reply.json()["error"]["type"] == "upstream_error"
+    finally:
+        running.stop()
+
+
+@pytest.mark.parametrize("mode", ["no-usage", "usage-in-last"])
+@pytest.mark.parametrize("n", [1, 2])
+def test_include_usage_always_ends_with_one_usage_chunk(tmp_path, library_store, mode, n):
+    store, *_ = library_store
+    process, url, _ = start_fake(tmp_path, supports_n=False)
+    running = Running(create_app(Upstream(url, supports_n=False), store))
+    try:
+        client = openai.OpenAI(base_url=running.url, api_key="x", max_retries=0, timeout=20)
+        chunks = list(client.chat.completions.create(model="m", messages=[{"role": "user", "content": mode}], n=n,
+                                                     stream=True, stream_options={"include_usage": True}))
+        assert [c.usage is not None for c in chunks].count(True) == 1 and chunks[-1].choices == []
+        assert chunks[-1].usage.completion_tokens == 6 * n  # upstream's own count, or one token per content chunk
+        assert chunks[-1].usage.prompt_tokens == (10 * n if mode == "usage-in-last" else 0)
+        texts = {i: "".join(c.choices[0].delta.content or "" for c in chunks if c.choices and c.choices[0].index == i)
+                 for i in range(n)}
+        assert set(texts.values()) == {"Hello from the fake upstream."}
+        metrics = httpx.get(f"http://127.0.0.1:{running.port}/metrics").text
+        assert f'gym_tf_tokens_total{{kind="completion"}} {6.0 * n}' in metrics
+    finally:
+        running.stop()
+        process.kill()
 
 
 # --- real upstreams ------------------------------------------------------------------------------------------------
+
+
+def assert_usage_chunks(client: openai.OpenAI, model: str) -> None:
+    """`stream_options.include_usage` on a real upstream: one usage chunk, last, with `choices: []` and exact counts
+    (4 tokens generated when the stream stops for length; the prompt as counted by a non-streamed request)."""
+    messages = [{"role": "user", "content": "Count from one to twenty in words."}]
+    prompt_tokens = client.chat.completions.create(model=model, messages=messages, max_tokens=1).usage.prompt_tokens
+    for n in (1, 2):
+        chunks = list(client.chat.completions.create(model=model, messages=messages, max_tokens=4, n=n, stream=True,
+                                                     stream_options={"include_usage": True}))
+        assert [c.usage is not None for c in chunks].count(True) == 1 and chunks[-1].choices == []
+        assert chunks[-1].usage.prompt_tokens == n * prompt_tokens
+        assert chunks[-1].usage.completion_tokens == n * 4 == chunks[-1].usage.total_tokens - n * prompt_tokens
+    chunks = list(client.completions.create(model=model, prompt="1, 2, 3,", max_tokens=4, stream=True,
+                                            stream_options={"include_usage": True}))
+    assert [c.usage is not None for c in chunks].count(True) == 1 and chunks[-1].choices == []
+    assert chunks[-1].usage.completion_tokens == 4
 
 
 @pytest.mark.embedded
@@ -260,6 +425,7 @@ def test_against_llama_cpp_server(llama_server, library_store):
         assert {c.choices[0].index for c in stream if c.choices} == {0, 1}
         done = client.completions.create(model="qwen-0.5b", prompt="1, 2, 3,", max_tokens=4)
         assert done.choices[0].text
+        assert_usage_chunks(client, "qwen-0.5b")
         assert [m.id for m in client.models.list()][:1] == ["qwen-0.5b"]
     finally:
         running.stop()
@@ -281,6 +447,7 @@ def test_gym_tf_serve_on_the_embedded_model(tmp_path, library_store):
         chunks = list(client.chat.completions.create(model="default", messages=[{"role": "user", "content": "Hi"}],
                                                      max_tokens=6, stream=True))
         assert chunks and chunks[-1].choices[0].finish_reason in ("stop", "length")
+        assert_usage_chunks(client, "default")
     finally:
         process.terminate()
         process.wait(timeout=30)

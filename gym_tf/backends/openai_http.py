@@ -11,6 +11,7 @@ import asyncio
 import time
 from typing import Any
 
+import httpx
 import openai
 
 from gym_tf.backends.base import Choice, Generation, Messages, Sampling, split_tokens
@@ -26,11 +27,14 @@ class OpenAIBackend:
         concurrency: int = 8,
         timeout_s: float = 600.0,
         max_retries: int = 3,
+        transport: httpx.AsyncBaseTransport | None = None,
     ):
         self.base_url = base_url
         self.model = model or ""
         self.client = openai.AsyncOpenAI(
-            base_url=base_url, api_key=api_key or "EMPTY", timeout=timeout_s, max_retries=max_retries
+            base_url=base_url, api_key=api_key or "EMPTY", timeout=timeout_s, max_retries=max_retries,
+            # `transport` is the test seam (httpx.MockTransport); None keeps the client's own.
+            http_client=httpx.AsyncClient(transport=transport, timeout=timeout_s) if transport else None,
         )
         self._slots = asyncio.Semaphore(concurrency)
         self.supports_n: bool | None = None  # learned from the first group request
@@ -62,12 +66,17 @@ class OpenAIBackend:
         if n > 1 and self.supports_n is False:
             parts = await asyncio.gather(*(self._request(messages, 1, params, i) for i in range(n)))
         else:
-            first = await self._request(messages, n, params, 0)
-            parts = [first]
+            try:
+                parts = [await self._request(messages, n, params, 0)]
+            except BackendRequestFailed as exc:
+                # llama.cpp's llama-server answers 400 to n > 1 in chat completions: ask for the group one by one.
+                if n == 1 or "'n'" not in str(exc):
+                    raise
+                parts = []
             if n > 1:
-                self.supports_n = len(first.choices) >= n
-                missing = n - len(first.choices)
-                parts += await asyncio.gather(*(self._request(messages, 1, params, i) for i in range(n - missing, n)))
+                self.supports_n = bool(parts) and len(parts[0].choices) >= n
+                have = len(parts[0].choices) if parts else 0
+                parts += await asyncio.gather(*(self._request(messages, 1, params, i) for i in range(have, n)))
         choices = [c for part in parts for c in part.choices][:n]
         return Generation(
             choices=choices,
@@ -91,12 +100,13 @@ class OpenAIBackend:
             kwargs["seed"] = params.seed + offset
         if params.stop:
             kwargs["stop"] = list(params.stop)
-        if params.json_schema is not None and self.schema_modes:
-            kwargs["response_format"] = (
-                {"type": "json_schema", "json_schema": {"name": "reply", "schema": params.json_schema}}
-                if self.schema_modes[0] == "json_schema"
-                else {"type": "json_object", "schema": params.json_schema}
-            )
+        # The mode this request tries, fixed now: concurrent requests may learn of a refusal while this one is out.
+        mode = self.schema_modes[0] if params.json_schema is not None and self.schema_modes else None
+        if mode == "json_schema":
+            kwargs["response_format"] = {"type": "json_schema",
+                                         "json_schema": {"name": "reply", "schema": params.json_schema}}
+        elif mode == "json_object":
+            kwargs["response_format"] = {"type": "json_object", "schema": params.json_schema}
         async with self._slots:
             start = time.perf_counter()
             try:
@@ -105,8 +115,10 @@ class OpenAIBackend:
                 if "response_format" not in kwargs or "response_format" not in str(exc.message):
                     raise self._failed(exc) from None
                 # This server refuses this way of asking for JSON: try the next way, or none (the learner
-                # validates every reply anyway).
-                self.schema_modes.pop(0)
+                # validates every reply anyway). Drop the refused mode, not the head of the list: another
+                # request refused the same way may have dropped it already.
+                if mode in self.schema_modes:
+                    self.schema_modes.remove(mode)
                 refused = True
             except openai.APIConnectionError as exc:
                 raise BackendUnreachable(

@@ -1,0 +1,163 @@
+"""Does a learned library make the frozen model better on problems it never saw? Per task family:
+
+    generate train / validation / test splits (reasoning-gym, three seeds; or the bundled quickstart set)
+    -> `optimize` on train, validation-gated -> compare no library and the learned one on test, same seeds:
+       paired Mean@k difference with a 95% interval, Majority@k at equal samples, tokens spent.
+
+Every family run is reported, gains or not. On the embedded default (no --base-url) on 2 CPU cores, one family
+with the defaults below takes 30 to 60 minutes. Any OpenAI-compatible backend runs it for a larger model.
+
+    python benchmarks/learning_effect.py --families leg_counting,gcd --out bench-out
+    python benchmarks/learning_effect.py --families basic_arithmetic --base-url http://127.0.0.1:8000/v1
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import platform
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from gym_tf.backends import BackendConfig, make_backend  # noqa: E402
+from gym_tf.compare import compare, plot  # noqa: E402
+from gym_tf.config import OptimizeConfig, RolloutConfig  # noqa: E402
+from gym_tf.datasets import load_dataset  # noqa: E402
+from gym_tf.optimize import Optimizer  # noqa: E402
+from gym_tf.store import RunStore  # noqa: E402
+from rewards import load_reward  # noqa: E402
+
+DEFAULT_FAMILIES = "leg_counting,gcd,basic_arithmetic,time_intervals"
+RG_REWARD = "rewards.reasoning_gym:score"
+
+
+def write_split(family: str, size: int, seed: int, path: Path) -> None:
+    """`size` problems of a reasoning-gym family, generated (nothing shipped), with what its grader needs."""
+    import reasoning_gym
+
+    rows = [{"id": f"{family}-{seed}-{i}", "problem": e["question"], "answer": str(e["answer"]), "rg_task": family,
+             "rg_entry": json.dumps(e, default=str)}
+            for i, e in enumerate(reasoning_gym.create_dataset(family, size=size, seed=seed))]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+
+
+def splits(family: str, args: argparse.Namespace, folder: Path) -> tuple[Path, Path, Path, str]:
+    if family == "quickstart":  # the bundled 40: disjoint slices of one hand-written set
+        rows = [{"id": p.id, "problem": p.problem, "answer": p.answer} for p in load_dataset("quickstart")]
+        cut = [0, 16, 24, len(rows)]
+        paths = []
+        for name, (a, b) in zip(("train", "val", "test"), zip(cut, cut[1:])):
+            path = folder / f"{name}.jsonl"
+            path.write_text("".join(json.dumps(r) + "\n" for r in rows[a:b]), encoding="utf-8")
+            paths.append(path)
+        return *paths, "math"
+    paths = []
+    for name, size, offset in (("train", args.train, 0), ("val", args.val, 1), ("test", args.test, 2)):
+        path = folder / f"{name}.jsonl"
+        write_split(family, size, args.seed * 1000 + offset, path)
+        paths.append(path)
+    return *paths, RG_REWARD
+
+
+async def one_family(family: str, args: argparse.Namespace, out: Path) -> dict:
+    folder = out / family
+    folder.mkdir(parents=True, exist_ok=True)
+    train, val, test, reward = splits(family, args, folder)
+    backend_config = BackendConfig(base_url=args.base_url, model=args.model, api_key=args.api_key)
+    config = OptimizeConfig(
+        dataset=str(train), val_dataset=str(val), val_samples=args.val_samples, reward=reward, epochs=args.epochs,
+        batch_size=args.batch_size, group_size=args.group_size, seed=args.seed, summarize=args.summarize,
+        hard_groups=args.hard_groups, examples_per_prompt=args.examples, worked_examples=args.examples > 0,
+        retrieve_lessons=args.retrieve_lessons, rollout=RolloutConfig(max_completion_tokens=args.max_completion_tokens),
+        backend=backend_config,
+    )
+    store = RunStore(folder / "ws")
+    backend = await make_backend(backend_config)
+    started = time.perf_counter()
+    try:
+        def progress(p):
+            line = f"{family}: step {p.step}/{p.total_steps} rollouts {p.rollouts} library {p.library_size}"
+            if line != getattr(progress, "last", None):
+                print(f"[{time.perf_counter() - started:6.0f}s] {line}", file=sys.stderr, flush=True)
+                progress.last = line
+
+        result = await Optimizer(config, store, backend, on_progress=progress).run()
+        learn_s = time.perf_counter() - started
+        learning = sum(u["prompt"] + u["completion"] for u in store.usage(result.run_id).values())
+        problems = load_dataset(str(test))
+        comparison = await compare(backend, problems, load_reward(reward), args.k, config.rollout.sampling(),
+                                   [("none", store.version("empty"), 0), ("learned", result.library, learning)],
+                                   seed=args.seed + 7)
+    finally:
+        await backend.aclose()
+    comparison.extra.update(family=family, model=backend.model, learn_s=learn_s,
+                            wall_s=time.perf_counter() - started, settings={k: str(v) for k, v in vars(args).items()},
+                            library=[i.model_dump(mode="json") for i in result.library.items])
+    comparison.write(folder / "comparison.json")
+    plot(comparison, folder / "comparison.png", f"{family}: {backend.model}")
+    return row(comparison)
+
+
+def row(c) -> dict:
+    none, learned = c.arms
+    m0, m1 = none.report.metrics, learned.report.metrics
+    return {"family": c.extra["family"], "model": c.extra["model"], "test": c.problems, "k": c.samples,
+            "items": learned.report.library_items,
+            "lessons": sum(i["kind"] == "lesson" if "kind" in i else True for i in c.extra["library"]),
+            "none_mean": m0.mean_at_k.value, "learned_mean": m1.mean_at_k.value,
+            "diff": learned.vs_baseline.value, "diff_low": learned.vs_baseline.low, "diff_high": learned.vs_baseline.high,
+            "none_majority": m0.majority.value, "learned_majority": m1.majority.value,
+            "mean_minus_none_majority": learned.mean_vs_baseline_majority.value,
+            "extra_prompt_tokens": c.extra_prompt_tokens(learned), "learning_tokens": learned.learning_tokens,
+            "wall_min": c.extra["wall_s"] / 60}
+
+
+def markdown(rows: list[dict]) -> str:
+    head = ("| family | test x k | none Mean@k | learned Mean@k | paired diff [95% CI] | none Maj@k | learned Maj@k | "
+            "items | extra prompt tok/call | learning tokens | wall |\n|---|---|---|---|---|---|---|---|---|---|---|\n")
+    return head + "".join(
+        f"| {r['family']} | {r['test']} x {r['k']} | {r['none_mean']:.3f} | {r['learned_mean']:.3f} | "
+        f"{r['diff']:+.3f} [{r['diff_low']:+.3f}, {r['diff_high']:+.3f}] | {r['none_majority']:.3f} | "
+        f"{r['learned_majority']:.3f} | {r['items']} | {r['extra_prompt_tokens']:+.0f} | {r['learning_tokens']} | "
+        f"{r['wall_min']:.0f} min |\n" for r in rows)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--families", default=DEFAULT_FAMILIES, help="reasoning-gym task names, or `quickstart`")
+    parser.add_argument("--train", type=int, default=24)
+    parser.add_argument("--val", type=int, default=12)
+    parser.add_argument("--test", type=int, default=40)
+    parser.add_argument("-k", type=int, default=4, help="samples per test problem")
+    parser.add_argument("--val-samples", type=int, default=2)
+    parser.add_argument("--epochs", type=int, default=1)
+    parser.add_argument("--batch-size", type=int, default=8)
+    parser.add_argument("--group-size", type=int, default=4)
+    parser.add_argument("--examples", type=int, default=2, help="worked examples per prompt (0: lessons only)")
+    parser.add_argument("--retrieve-lessons", type=int, default=None)
+    parser.add_argument("--summarize", action=argparse.BooleanOptionalAction, default=False)
+    parser.add_argument("--hard-groups", default="skip")
+    parser.add_argument("--max-completion-tokens", type=int, default=300)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--base-url")
+    parser.add_argument("--model")
+    parser.add_argument("--api-key")
+    parser.add_argument("--out", type=Path, default=Path("learning-effect"))
+    args = parser.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+    print(f"machine: {platform.processor() or platform.machine()}, python {platform.python_version()}", flush=True)
+    rows = []
+    for family in args.families.split(","):
+        rows.append(asyncio.run(one_family(family, args, args.out)))
+        table = markdown(rows)
+        (args.out / "results.md").write_text(table, encoding="utf-8")
+        (args.out / "results.json").write_text(json.dumps(rows, indent=2), encoding="utf-8")
+        print(table, flush=True)
+
+
+if __name__ == "__main__":
+    main()

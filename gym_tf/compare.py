@@ -1,0 +1,109 @@
+"""Several libraries on the same problems with the same seeds: does a library beat no library, and does it beat
+simply sampling k times and voting (the same model's majority vote at equal samples)? And what does it cost?
+
+Every difference is paired per problem (the same problems and seeds for every library) with a bootstrap 95%
+interval. The first library is the baseline, normally `none`.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from gym_tf.backends import Backend, Sampling
+from gym_tf.datasets import Problem
+from gym_tf.evaluate import EvalReport, evaluate
+from gym_tf.library import LibraryVersion
+from gym_tf.metrics import Estimate, paired_difference
+from gym_tf.rollouts import Rollout
+
+
+@dataclass
+class Arm:
+    name: str
+    report: EvalReport
+    learning_tokens: int = 0  # tokens spent learning this library (its run's total), 0 for none
+    vs_baseline: Estimate | None = None  # Mean@k difference, per problem, against the baseline's Mean@k
+    majority_vs_baseline: Estimate | None = None  # Majority@k against the baseline's Majority@k
+    mean_vs_baseline_majority: Estimate | None = None  # this library's Mean@k against the baseline's Majority@k
+
+    def to_dict(self) -> dict[str, Any]:
+        def est(e: Estimate | None) -> dict | None:
+            return None if e is None else {"value": e.value, "low": e.low, "high": e.high}
+
+        return {"name": self.name, "library_version": self.report.library_version,
+                "library_items": self.report.library_items, "metrics": self.report.metrics.to_dict(),
+                "tokens": {"prompt": self.report.prompt_tokens, "completion": self.report.completion_tokens,
+                           "prompt_per_call": self.report.prompt_tokens_per_call(), "learning": self.learning_tokens},
+                "mean_vs_baseline": est(self.vs_baseline), "majority_vs_baseline": est(self.majority_vs_baseline),
+                "mean_vs_baseline_majority": est(self.mean_vs_baseline_majority)}
+
+
+@dataclass
+class Comparison:
+    arms: list[Arm]
+    problems: int
+    samples: int
+    seed: int
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def baseline(self) -> Arm:
+        return self.arms[0]
+
+    def extra_prompt_tokens(self, arm: Arm) -> float:
+        return arm.report.prompt_tokens_per_call() - self.baseline.report.prompt_tokens_per_call()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"problems": self.problems, "samples": self.samples, "seed": self.seed,
+                "baseline": self.baseline.name, "arms": [a.to_dict() for a in self.arms],
+                "extra_prompt_tokens_per_call": {a.name: self.extra_prompt_tokens(a) for a in self.arms}, **self.extra}
+
+    def write(self, path: str | Path) -> None:
+        Path(path).write_text(json.dumps(self.to_dict(), indent=2), encoding="utf-8")
+
+
+async def compare(backend: Backend, problems: list[Problem], reward: Callable[..., Any], samples: int,
+                  sampling: Sampling, libraries: list[tuple[str, LibraryVersion, int]], seed: int = 0,
+                  on_group: Callable[[str, Problem, list[Rollout]], None] | None = None) -> Comparison:
+    """Evaluate each (name, library, tokens spent learning it) in turn; the first is the baseline."""
+    arms = []
+    for name, library, learning_tokens in libraries:
+        report = await evaluate(backend, problems, reward, samples, sampling, library, seed=seed,
+                                on_group=(lambda p, g, n=name: on_group(n, p, g)) if on_group else None)
+        arms.append(Arm(name, report, learning_tokens))
+    base = arms[0].report
+    for arm in arms[1:]:
+        arm.vs_baseline = paired_difference(arm.report.per_problem_mean(), base.per_problem_mean(), seed=seed)
+        arm.majority_vs_baseline = paired_difference(arm.report.per_problem_majority(), base.per_problem_majority(),
+                                                     seed=seed)
+        arm.mean_vs_baseline_majority = paired_difference(arm.report.per_problem_mean(), base.per_problem_majority(),
+                                                          seed=seed)
+    return Comparison(arms, len(problems), samples, seed)
+
+
+def plot(comparison: Comparison, path: str | Path, title: str = "") -> None:
+    """Mean@k and Majority@k of every library with their 95% intervals, as a PNG."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    k = comparison.samples
+    names = [a.name for a in comparison.arms]
+    fig, ax = plt.subplots(figsize=(1.8 + 1.6 * len(names), 3.6))
+    for offset, (label, attr) in enumerate([(f"Mean@{k}", "mean_at_k"), (f"Majority@{k}", "majority")]):
+        values = [getattr(a.report.metrics, attr) for a in comparison.arms]
+        xs = [i + (offset - 0.5) * 0.38 for i in range(len(names))]
+        ax.bar(xs, [v.value for v in values], width=0.36, label=label,
+               yerr=[[v.value - v.low for v in values], [v.high - v.value for v in values]], capsize=3)
+    ax.set_xticks(range(len(names)), names)
+    ax.set_ylim(0, 1)
+    ax.set_ylabel("accuracy")
+    ax.set_title(title or f"{comparison.problems} problems x {k} samples, 95% intervals")
+    ax.legend(loc="upper left", fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)

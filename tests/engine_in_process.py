@@ -1,0 +1,60 @@
+"""The embedded engine in this process. Not collected by the main run: tests/test_real_engines.py runs this module in
+a child pytest, so a crash in native code (a segfault in llama.cpp) fails one test instead of killing the run."""
+
+import pytest
+
+from gym_tf.backends.embedded import EmbeddedBackend
+from gym_tf.config import OptimizeConfig, RolloutConfig
+from gym_tf.library import OpsReply, ops_schema
+from gym_tf.optimize import Optimizer
+from gym_tf.store import RunStore
+
+TINY = dict(dataset="quickstart", limit=4, batch_size=2, group_size=2, epochs=1, seed=0,
+            rollout=RolloutConfig(max_completion_tokens=96))
+
+
+@pytest.fixture(scope="module")
+def embedded(embedded_model_path):
+    return EmbeddedBackend(embedded_model_path)
+
+
+async def test_embedded_backend_generates_a_group_with_usage(embedded):
+    generation = await embedded.generate([{"role": "user", "content": "What is 2+3? Answer with a number."}],
+                                         n=2, temperature=0.7, max_tokens=16, seed=1)
+    assert len(generation.choices) == 2
+    assert all(c.text and c.finish_reason in ("stop", "length") for c in generation.choices)
+    assert generation.completion_tokens == sum(c.completion_tokens for c in generation.choices) > 0
+    assert generation.prompt_tokens > 0
+
+
+async def test_embedded_backend_follows_the_ops_schema(embedded):
+    generation = await embedded.generate(
+        [{"role": "user", "content": "Give one general lesson for solving percentage problems."}],
+        n=1, temperature=0.3, max_tokens=200, json_schema=ops_schema(2),
+    )
+    reply = OpsReply.model_validate_json(generation.choices[0].text)
+    assert 1 <= len(reply.operations) <= 2
+
+
+async def test_optimize_end_to_end_on_the_embedded_model(embedded, tmp_path):
+    store = RunStore(tmp_path / "ws")
+    result = await Optimizer(OptimizeConfig(**TINY), store, embedded).run()
+    assert result.status == "finished"
+    assert len(store.rollouts(result.run_id)) == 8
+    usage = store.usage(result.run_id)
+    assert usage["rollout"]["completion"] > 0
+    assert sum(s["stats"]["groups_used"] + s["stats"]["groups_skipped"] for s in store.steps(result.run_id)) == 4
+
+
+async def test_real_learner_prompted_badly_leaves_no_corrupt_version(embedded, tmp_path):
+    """5 tokens cannot hold even the shortest valid reply ({"operations":[{"op":"none"}]}): every reply is truncated
+    JSON, retried, then rejected."""
+    store = RunStore(tmp_path / "ws")
+    config = OptimizeConfig(**{**TINY, "learner_max_tokens": 5, "max_attempts": 2, "summarize": False,
+                               "hard_groups": "reference"})
+    result = await Optimizer(config, store, embedded).run()
+    assert result.library.items == () and store.versions(result.run_id) == []
+    rejected = [o for o in store.ops(result.run_id) if not o["accepted"]]
+    assert len(rejected) == result.progress.groups_used > 0
+    calls = list(store.db["learner_calls"].rows)
+    assert all(c["valid"] == 0 and c["error"] for c in calls) and {c["attempt"] for c in calls} == {0, 1}

@@ -1,0 +1,66 @@
+"""Several libraries on the same problems and seeds: paired differences, the majority baseline, the cost."""
+
+import json
+
+from fakes import ScriptedBackend
+from gym_tf.compare import compare, plot
+from gym_tf.config import OptimizeConfig
+from gym_tf.datasets import load_dataset
+from gym_tf.library import EMPTY_LIBRARY, EXAMPLES_HEADER, ExampleOp, apply_ops
+from gym_tf.optimize import Optimizer
+from gym_tf.backends import Sampling
+from rewards import math_reward
+
+
+class HelpedByExamples(ScriptedBackend):
+    """Right 20% of the time, 90% when its prompt carries a worked example: a library that truly helps."""
+
+    async def generate(self, messages, n=1, **sampling):
+        self.skill = 0.9 if EXAMPLES_HEADER in str(messages[0]["content"]) else 0.2
+        return await super().generate(messages, n, **sampling)
+
+
+async def test_a_library_that_helps_shows_a_paired_gain_beyond_noise_and_beats_the_vote(tmp_path):
+    problems = load_dataset("quickstart")
+    backend = HelpedByExamples({p.problem: p.answer for p in problems})
+    library, _ = apply_ops(EMPTY_LIBRARY, [ExampleOp(op="example", text="Problem: 2+2?\nSolution: \\boxed{4}")], step=1)
+    result = await compare(backend, problems, math_reward, 4, Sampling(), [("none", EMPTY_LIBRARY, 0),
+                                                                         ("learned", library, 1234)], seed=1)
+    none, learned = result.arms
+    assert learned.vs_baseline.low > 0.4 and learned.mean_vs_baseline_majority.low > 0
+    assert learned.majority_vs_baseline.value > 0
+    assert result.extra_prompt_tokens(learned) > 0 == result.extra_prompt_tokens(none)
+    # paired: both arms drew the same seeds for the same problems
+    seeds = [c for c in backend.calls if c["stage"] == "solve"]
+    assert len(seeds) == 2 * len(problems)
+    result.write(tmp_path / "c.json")
+    data = json.loads((tmp_path / "c.json").read_text())
+    assert data["arms"][1]["tokens"]["learning"] == 1234 and data["baseline"] == "none"
+    plot(result, tmp_path / "c.png")
+    assert (tmp_path / "c.png").stat().st_size > 1000
+
+
+async def test_a_library_that_does_nothing_shows_no_gain(tmp_path):
+    problems = load_dataset("quickstart")
+    backend = ScriptedBackend({p.problem: p.answer for p in problems}, skill=0.5)
+    library, _ = apply_ops(EMPTY_LIBRARY, [ExampleOp(op="example", text="Problem: 2+2?\nSolution: \\boxed{4}")], step=1)
+    result = await compare(backend, problems, math_reward, 4, Sampling(), [("none", EMPTY_LIBRARY, 0),
+                                                                         ("learned", library, 0)], seed=1)
+    learned = result.arms[1]
+    # the fake's draws depend on (problem, seed) only: identical rewards, a difference of exactly 0
+    assert learned.vs_baseline.value == learned.vs_baseline.low == learned.vs_baseline.high == 0
+
+
+async def test_rollouts_record_the_items_they_were_shown_and_examples_reach_the_prompt(store):
+    problems = load_dataset("quickstart", limit=8)
+    backend = ScriptedBackend({p.problem: p.answer for p in problems}, skill=0.6)
+    config = OptimizeConfig(dataset="quickstart", limit=8, batch_size=4, group_size=4, epochs=2, seed=2)
+    result = await Optimizer(config, store, backend).run()
+    examples = [i for i in result.library.items if i.kind == "example"]
+    assert examples and all(i.text.startswith("Problem: ") and "\\boxed{" in i.text for i in examples)
+    second_epoch = [r for r in store.rollouts(result.run_id) if r.problem_id and r.shown]
+    assert second_epoch, "later rollouts were shown library items"
+    for rollout in second_epoch:
+        system = rollout.messages[0]["content"]
+        assert all(f"[{item_id}] " in system for item_id in rollout.shown)
+    assert result.library.policy == config.render_policy()
