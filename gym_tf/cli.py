@@ -35,7 +35,7 @@ app = typer.Typer(help="Training-Free GRPO: learn an experience library for a fr
 library_app = typer.Typer(help="Inspect, compare, export and import library versions.", no_args_is_help=True)
 app.add_typer(library_app, name="library")
 console = Console(soft_wrap=True)  # ids and CIDs are never broken across lines
-err = Console(stderr=True)
+err = Console(stderr=True, soft_wrap=True)
 
 # --- shared options -------------------------------------------------------------------------------------------------
 BaseUrl = Annotated[Optional[str], typer.Option(help="OpenAI-compatible server (.../v1); none: the embedded model")]
@@ -118,9 +118,10 @@ def eval_command(
     arms = []
     for ref in refs:
         lib = resolve_library(store, None if ref == "none" else ref)
+        spent = learning_tokens(store, lib)
         if max_library_tokens is not None:
             lib = with_policy(lib, lib.policy.model_copy(update={"max_tokens": max_library_tokens}))
-        arms.append((ref, lib, learning_tokens(store, lib)))
+        arms.append((ref, lib, spent))
     config = backend_config(backend, base_url, model, api_key, model_file, concurrency, timeout)
     sampling = RolloutConfig(temperature=temperature, max_completion_tokens=max_completion_tokens).sampling()
 

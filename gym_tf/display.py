@@ -25,23 +25,30 @@ def metrics_table(metrics: Metrics, title: str) -> Table:
 
 
 def comparison_table(comparison) -> Table:
-    """Each library against the first (no library): paired differences per problem, and the majority-vote baseline."""
+    """One column per library, one row per measure: each library against the first (no library), differences
+    paired per problem, and the same model's majority vote at equal samples. Fits 80 columns for two libraries."""
     k = comparison.samples
     base = comparison.baseline
-    table = Table(title=f"{comparison.problems} problems x {k} samples, same seeds; differences paired per problem, 95% CI")
-    for column in ("library", "items", f"Mean@{k}", f"Pass@{k}", f"Majority@{k}", f"Mean@{k} - {base.name}",
-                   f"Majority@{k} - {base.name} Majority@{k}", f"Mean@{k} - {base.name} Majority@{k}",
-                   "extra prompt tok/call", "learning tokens"):
-        table.add_column(column)
+    table = Table(title=f"{comparison.problems} problems x {k} samples, same seeds, 95% intervals")
+    table.add_column("measure")
     for arm in comparison.arms:
-        m = arm.report.metrics
-        table.add_row(arm.name if arm is base else f"{arm.name} ({short(arm.report.library_version)})",
-                      str(arm.report.library_items), str(m.mean_at_k), str(m.pass_at_k), str(m.majority),
-                      *(str(e) if e else "-" for e in (arm.vs_baseline, arm.majority_vs_baseline,
-                                                     arm.mean_vs_baseline_majority)),
-                      f"{comparison.extra_prompt_tokens(arm):+.0f}", str(arm.learning_tokens or "-"))
-    table.caption = ("an interval wholly above 0 is a gain beyond noise; "
-                     f"Majority@{k} - {base.name} Majority@{k} compares at equal samples")
+        table.add_column(arm.name if arm is base else f"{arm.name} ({short(arm.report.library_version)})",
+                         overflow="fold")
+
+    def row(name: str, cell) -> None:
+        table.add_row(name, *(cell(a) for a in comparison.arms))
+
+    row("items", lambda a: str(a.report.library_items))
+    row(f"Mean@{k}", lambda a: str(a.report.metrics.mean_at_k))
+    row(f"Pass@{k}", lambda a: str(a.report.metrics.pass_at_k))
+    row(f"Majority@{k}", lambda a: str(a.report.metrics.majority))
+    row(f"Mean@{k} - {base.name}", lambda a: str(a.vs_baseline) if a.vs_baseline else "-")
+    row(f"Majority@{k} - {base.name}'s", lambda a: str(a.majority_vs_baseline) if a.majority_vs_baseline else "-")
+    row(f"Mean@{k} - {base.name}'s Maj@{k}",
+        lambda a: str(a.mean_vs_baseline_majority) if a.mean_vs_baseline_majority else "-")
+    row("extra prompt tok/call", lambda a: f"{comparison.extra_prompt_tokens(a):+.0f}")
+    row("tokens spent learning", lambda a: str(a.learning_tokens or "-"))
+    table.caption = "an interval wholly above 0 is a gain beyond noise"
     return table
 
 

@@ -7,13 +7,15 @@ with the validation error shown to the model. A reply that never validates is re
 
 from __future__ import annotations
 
+import asyncio
+import hashlib
 import json
 from dataclasses import dataclass
 from typing import Any
 
 from pydantic import ValidationError
 
-from gym_tf.backends import Backend, Sampling
+from gym_tf.backends import Backend, Choice, Generation, Sampling
 from gym_tf.datasets import Problem
 from gym_tf.library import LibraryVersion, OpsReply, ops_schema
 from gym_tf.prompts import render
@@ -72,6 +74,34 @@ class LearnerCalls:
             messages = [*messages, {"role": "assistant", "content": text},
                         {"role": "user", "content": render("retry", error=error)}]
         return StageReply(text, [], error, calls, prompt_tokens, completion_tokens)
+
+
+class JudgeCalls:
+    """The backend an LLM-judge reward asks, with every call stored and counted (stage `judge`) like the learner's:
+    a resumed run reuses each verdict already stored, so no judge call is paid twice."""
+
+    def __init__(self, backend: Backend, store: RunStore, run_id: str):
+        self.backend, self.store, self.run_id = backend, store, run_id
+        self.model = backend.model
+        self._asking: dict[str, asyncio.Future] = {}  # the same question asked twice at once is paid once
+
+    async def generate(self, messages: list[dict[str, Any]], n: int = 1, **sampling: Any) -> Generation:
+        subject = hashlib.sha256(json.dumps([messages, n, sampling], sort_keys=True).encode()).hexdigest()[:32]
+        if subject in self._asking:
+            await asyncio.shield(self._asking[subject])
+        stored = self.store.learner_call(self.run_id, 0, "judge", subject, 0)
+        if stored is not None:
+            return Generation([Choice(text=stored["reply"], finish_reason="stop", completion_tokens=0)], 0, 0, 0.0)
+        done = self._asking[subject] = asyncio.get_running_loop().create_future()
+        try:
+            generation = await self.backend.generate(messages, n=n, **sampling)
+            self.store.put_learner_call(self.run_id, 0, "judge", subject, 0, messages=messages,
+                                        reply=generation.choices[0].text, prompt_tokens=generation.prompt_tokens,
+                                        completion_tokens=generation.completion_tokens, valid=1, error=None)
+        finally:
+            done.set_result(None)
+            self._asking.pop(subject, None)
+        return generation
 
 
 def parse_ops(reply: str, max_ops: int | None = None) -> tuple[list[Any], str | None]:

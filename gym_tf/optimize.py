@@ -16,9 +16,9 @@ from typing import Any, Callable
 from gym_tf.backends import Backend
 from gym_tf.config import OptimizeConfig
 from gym_tf.datasets import Problem, load_dataset
-from gym_tf.errors import BudgetExhausted, ConfigError
+from gym_tf.errors import BudgetExhausted
 from gym_tf.evaluate import evaluate
-from gym_tf.learner import LearnerCalls, StageReply, consolidate_prompt, group_prompt, summarize_prompt
+from gym_tf.learner import JudgeCalls, LearnerCalls, StageReply, consolidate_prompt, group_prompt, summarize_prompt
 from gym_tf.library import ExampleOp, LibraryVersion, OpVerdict, Provenance, apply_ops, with_policy
 from gym_tf.metrics import paired_difference
 from gym_tf.rollouts import Rollout, rollout_many
@@ -74,12 +74,11 @@ class Optimizer:
                          require_answer=config.reward not in ANSWER_FREE)
             if config.val_dataset else []
         )
-        self.reward = load_reward(config.reward, judge_backend=self.learner_backend)
         self.cfg_hash = config_hash(config.recorded())
         if run_id is None:
             # the run's render policy is part of every version it makes, so eval and serve render them the same way
             start = with_policy(store.version(config.start_library), config.render_policy())
-            store.put_version(start, run_id="", status="promoted")
+            store.put_version(start, run_id="", status="start")  # recorded, but never `latest` by itself
             self.run_id = store.new_run("optimize", config.recorded(), backend.model, config.dataset, start.id)
         else:
             self.run_id = store.run(run_id)["id"]
@@ -89,6 +88,7 @@ class Optimizer:
             store.check_dataset(self.run_id, self.val_problems, split="val")
         if run_id is not None:
             store.claim_run(self.run_id)  # refuses while another live process holds the run
+        self.reward = load_reward(config.reward, judge_backend=JudgeCalls(self.learner_backend, store, self.run_id))
         self.learner = LearnerCalls(self.learner_backend, store, self.run_id, config.learner_sampling(),
                                     config.max_attempts)
 
@@ -98,14 +98,22 @@ class Optimizer:
         cfg = self.config
         run = self.store.run(self.run_id)
         library = self.store.version(run["current_version"])
-        done = {s["step"] for s in self.store.steps(self.run_id)}
+        steps = self.store.steps(self.run_id)
+        done = {s["step"] for s in steps}
         self.progress.total_steps = cfg.epochs * -(-len(self.problems) // cfg.batch_size)
         self.progress.library_size = len(library.items)
         self._count_tokens()
         status = "finished"
         try:
-            best_scores = await self._validate(library, step=0) if self.val_problems else None
-            self.val_baseline = self.progress.last_val
+            best_scores = None
+            if self.val_problems:
+                # the gate's baseline is the run's start library, whose step-0 rollouts a resumed run finds stored;
+                # after that, the best scores so far, as the last committed step recorded them
+                start = self.store.version(steps[0]["version_before"]) if steps else library
+                best_scores = await self._validate(start, step=0)
+                self.val_baseline = self.progress.last_val
+                best_scores = next((s["stats"]["best_scores"] for s in reversed(steps)
+                                    if s["stats"].get("best_scores") is not None), best_scores)
             step = 0
             for epoch in range(cfg.epochs):
                 for batch_index, batch in enumerate(self._batches(epoch)):
@@ -150,6 +158,7 @@ class Optimizer:
 
         # --- summarize each rollout of the groups we learn from (one learner call per rollout)
         summaries = await self._summaries(step, learn_from, groups, library)
+        self._check_budget()
 
         # --- group advantage: one call per problem compares its good and bad attempts and proposes ops
         replies = await asyncio.gather(*(
@@ -190,6 +199,7 @@ class Optimizer:
         # --- validate: keep the candidate only if it is not worse than the best beyond noise
         status, evaluation = "promoted", None
         if candidate.id != library.id and best_scores is not None:
+            self._check_budget()
             scores = await self._validate(candidate, step)
             diff = paired_difference(scores, best_scores, seed=cfg.seed)
             evaluation = {"val_mean": sum(scores) / len(scores), "diff": diff.value, "low": diff.low, "high": diff.high}
@@ -203,7 +213,7 @@ class Optimizer:
         stats = {"groups_used": len(learn_from), "groups_skipped": len(batch) - len(learn_from),
                  "mean_reward": _mean(r.reward for g in groups.values() for r in g),
                  "ops_applied": sum(v.accepted for v in verdicts), "ops_rejected": sum(not v.accepted for _, v in all_verdicts),
-                 "val_mean": evaluation["val_mean"] if evaluation else None}
+                 "val_mean": evaluation["val_mean"] if evaluation else None, "best_scores": best_scores}
         self.store.commit_step(self.run_id, step, epoch, batch_index, library, candidate, all_verdicts, status,
                                self.store.usage(self.run_id), stats, self.cfg_hash, evaluation)
         new_library = candidate if status == "promoted" else library
@@ -329,10 +339,4 @@ def _mean(values: Any) -> float:
 
 def resume_config(store: RunStore, run_id: str, max_tokens: int | None = None) -> tuple[str, OptimizeConfig]:
     """The stored config of a run, so a resumed run repeats exactly what was started (budget may be raised)."""
-    run = store.run(run_id)
-    if run["kind"] != "optimize":
-        raise ConfigError(f"run {run['id']} is a {run['kind']} run, not an optimize run")
-    config = OptimizeConfig.model_validate(run["config"])
-    if max_tokens is not None:
-        config = config.model_copy(update={"max_tokens": max_tokens})
-    return run["id"], config
+    return store.run_config(run_id, "optimize", OptimizeConfig, max_tokens=max_tokens)

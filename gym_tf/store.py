@@ -147,6 +147,16 @@ class RunStore:
         self._beat(run_id)
         return run_id
 
+    def run_config(self, run_id: str, kind: str, model: type[BaseModel], **updates: Any) -> tuple[str, Any]:
+        """A run's full id and its stored config, to resume it exactly as started (`updates`, where not None,
+        replace fields such as a raised budget)."""
+        run = self.run(run_id)
+        if run["kind"] != kind:
+            raise ConfigError(f"run {run['id']} is a {run['kind']} run, not a{'n' if kind[0] in 'aeiou' else ''} {kind} run")
+        config = model.model_validate(run["config"])
+        changes = {k: v for k, v in updates.items() if v is not None}
+        return run["id"], config.model_copy(update=changes) if changes else config
+
     def claim_run(self, run_id: str) -> None:
         """Hold a run for this store before resuming it, and keep it alive until `finish_run`.
 
@@ -182,12 +192,14 @@ class RunStore:
         stop = self._beating.pop(run_id, None)
         if stop is not None:
             stop.set()
+            self._heartbeat_file(run_id).unlink(missing_ok=True)
         self.db["runs"].update(run_id, {"status": status, "updated": time.time(), "summary": json.dumps(summary),
                                         "owner": ""})
 
     def _stale(self, row: dict[str, Any], now: float) -> bool:
         """Its holder stopped beating, or is a process of this machine that no longer exists (kill -9 a moment ago)."""
-        if row["heartbeat"] is None or now - row["heartbeat"] > STALE_BEATS * self.heartbeat_s:
+        last = self._last_beat(row)
+        if last is None or now - last > STALE_BEATS * self.heartbeat_s:
             return True
         pid, _, host = (row["owner"] or "").partition("/")[0].partition("@")
         return host == socket.gethostname() and pid.isdigit() and not _process_exists(int(pid))
@@ -199,22 +211,33 @@ class RunStore:
         return row
 
     def _beat(self, run_id: str) -> None:
+        """Mark a held run alive every `heartbeat_s` by touching a file of its own (`heartbeats/RUN`): a second
+        writer on the database would break the main connection's transactions (SQLITE_BUSY_SNAPSHOT in WAL)."""
         if run_id in self._beating:
             return
         stop = self._beating[run_id] = threading.Event()
+        path = self._heartbeat_file(run_id)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(self.owner)
 
         def beat() -> None:
-            # A connection of its own: the store's belongs to the caller's thread.
-            with contextlib.closing(sqlite3.connect(self.root / "gym-tf.db", timeout=self.heartbeat_s)) as conn:
-                while not stop.wait(self.heartbeat_s):
-                    try:
-                        with conn:
-                            conn.execute("update runs set heartbeat = ? where id = ? and owner = ?",
-                                         [time.time(), run_id, self.owner])
-                    except sqlite3.OperationalError:
-                        continue  # the database stayed busy for a whole beat: the next beat tries again
+            while not stop.wait(self.heartbeat_s):
+                with contextlib.suppress(OSError):
+                    os.utime(path)
 
         threading.Thread(target=beat, name=f"heartbeat {run_id}", daemon=True).start()
+
+    def _heartbeat_file(self, run_id: str) -> Path:
+        return self.root / "heartbeats" / run_id
+
+    def _last_beat(self, row: dict[str, Any]) -> float | None:
+        try:
+            path = self._heartbeat_file(row["id"])
+            if path.read_text() == row["owner"]:
+                return max(row["heartbeat"] or 0.0, path.stat().st_mtime)
+        except OSError:
+            pass
+        return row["heartbeat"]
 
     @contextlib.contextmanager
     def _immediate(self) -> Iterator[None]:

@@ -136,13 +136,7 @@ def lora_config(config: TrainConfig) -> Any:
 def resume_train_config(store: RunStore, run_id: str, max_steps: int | None = None) -> tuple[str, TrainConfig]:
     """The stored config of a train run, to continue it with `train(config, store, run_id)`; `max_steps` may be
     raised to train on past the run's original end."""
-    run = store.run(run_id)
-    if run["kind"] != "train":
-        raise ConfigError(f"run {run['id']} is a {run['kind']} run, not a train run")
-    config = TrainConfig.model_validate(run["config"])
-    if max_steps is not None:
-        config = config.model_copy(update={"max_steps": max_steps})
-    return run["id"], config
+    return store.run_config(run_id, "train", TrainConfig, max_steps=max_steps)
 
 
 def train(config: TrainConfig, store: RunStore, run_id: str | None = None,

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import hmac
 import json
 import time
@@ -48,9 +47,10 @@ class LibraryRegistry:
         self.store = store
         self.max_tokens = max_tokens
         self._versions = {"empty": EMPTY_LIBRARY}
+        self._rendering: dict[str, LibraryVersion] = {}
 
     def resolve(self, pinned: str | None) -> LibraryVersion:
-        """The version answering a request, under its own render policy (or the server's cap, if one was set)."""
+        """The recorded version answering a request (its id is what responses report and pins name)."""
         ref = pinned or self.store.served_version_id() or "empty"
         if ref in self._versions:
             return self._versions[ref]
@@ -61,16 +61,16 @@ class LibraryRegistry:
         if ref != version.id and self.store.version_row(version.id)["status"] == "rejected":
             raise OpenAIError(404, f"library version {ref!r} was rejected by its run; pin its full id to serve it",
                               code="library_not_found")
-        if version.id not in self._versions:
+        self._versions.setdefault(version.id, version)
+        return version
+
+    def text(self, version: LibraryVersion, query: str) -> str:
+        """The library text for a request: the items `select_items` picks for its text, as in optimize and eval,
+        under the version's own render policy, or the server's cap when one was set."""
+        if version.id not in self._rendering:
             capped = version.policy.model_copy(update={"max_tokens": self.max_tokens}) if self.max_tokens else None
-            self._versions[version.id] = with_policy(version, capped)
-        return self._versions[version.id]
-
-
-@functools.lru_cache(maxsize=4096)
-def rendered(version: LibraryVersion, query: str) -> str:
-    """The library text for a request: the items `select_items` picks for its text, as in optimize and eval."""
-    return render_library(version, query)
+            self._rendering[version.id] = with_policy(version, capped)
+        return render_library(self._rendering[version.id], query)
 
 
 def request_text(messages: Any) -> str:
@@ -172,7 +172,7 @@ def create_app(upstream: Upstream, store: RunStore, config: ServerConfig | None 
         body = await _json_body(request, config.max_body_bytes)
         version = _version(request, body)
         _check(body, config.max_n, chat=True)
-        text = rendered(version, request_text(body["messages"]))
+        text = registry.text(version, request_text(body["messages"]))
         body = {**body, "model": await upstream.model_name(), "messages": with_library(body["messages"], text)}
         return await _forward(request, "/chat/completions", body, version)
 
@@ -182,7 +182,7 @@ def create_app(upstream: Upstream, store: RunStore, config: ServerConfig | None 
         version = _version(request, body)
         _check(body, config.max_n, chat=False)
         prompt = body.get("prompt")
-        text = rendered(version, prompt if isinstance(prompt, str) else "")
+        text = registry.text(version, prompt if isinstance(prompt, str) else "")
         body = {**body, "model": await upstream.model_name(), "prompt": _inject_prompt(body.get("prompt"), text)}
         return await _forward(request, "/completions", body, version)
 

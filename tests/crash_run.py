@@ -1,6 +1,7 @@
 """Runs an optimize with the scripted fake in a child process, so a test can kill -9 it at any moment."""
 
 import asyncio
+import hashlib
 import sys
 from pathlib import Path
 
@@ -13,14 +14,26 @@ from gym_tf.optimize import Optimizer  # noqa: E402
 from gym_tf.store import RunStore  # noqa: E402
 
 CONFIG = OptimizeConfig(dataset="quickstart", limit=12, batch_size=4, group_size=4, epochs=2, seed=7)
+# gated: validated on the quickstart set (2 samples, so validation calls are the n=2 ones), by a model that reads
+# its library, so the gate promotes some candidates and rejects others
+GATED = CONFIG.model_copy(update={"val_dataset": "quickstart", "val_samples": 2})
 
 
-def scripted(delay: float = 0.0) -> ScriptedBackend:
-    return ScriptedBackend({p.problem: p.answer for p in load_dataset("quickstart")}, delay=delay)
+class LibraryReader(ScriptedBackend):
+    """Its skill depends on the library in its prompt (a hash of the system message): candidates differ."""
+
+    def skill_for(self, messages):
+        return 0.2 + 0.15 * (int(hashlib.sha256(messages[0]["content"].encode()).hexdigest(), 16) % 5)
+
+
+def scripted(delay: float = 0.0, gated: bool = False) -> ScriptedBackend:
+    kind = LibraryReader if gated else ScriptedBackend
+    return kind({p.problem: p.answer for p in load_dataset("quickstart")}, delay=delay)
 
 
 if __name__ == "__main__":
     store = RunStore(sys.argv[1])
-    optimizer = Optimizer(CONFIG, store, scripted(delay=float(sys.argv[2])))
+    gated = sys.argv[3:] == ["gated"]
+    optimizer = Optimizer(GATED if gated else CONFIG, store, scripted(delay=float(sys.argv[2]), gated=gated))
     print(optimizer.run_id, flush=True)
     asyncio.run(optimizer.run())

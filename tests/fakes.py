@@ -64,6 +64,7 @@ class ScriptedBackend:
         solve = first["role"] == "system"
         stage = "solve" if solve else _stage(first["content"])
         attempt = (len(messages) - 1) // 2  # learner retries append (assistant, user) pairs
+        skill = self.skill_for(messages)  # read once: concurrent calls must not see each other's
         choices = []
         for i in range(n):
             if self.delay:
@@ -72,15 +73,20 @@ class ScriptedBackend:
                 problem = messages[-1]["content"]
                 gold = self.answers[problem]
                 draw = int(hashlib.sha256(f"{problem}:{sampling.get('seed')}:{i}".encode()).hexdigest(), 16) % 1000
-                text = f"Work... so \\boxed{{{gold if draw < self.skill * 1000 else 'wrong'}}}"
+                text = f"Work... so \\boxed{{{gold if draw < skill * 1000 else 'wrong'}}}"
             else:
                 text = self.learner(stage, first["content"], attempt)
             choices.append(Choice(text=text, finish_reason="stop", completion_tokens=len(text.split())))
         prompt_tokens = sum(len(str(m["content"]).split()) for m in messages) * n
         completion_tokens = sum(c.completion_tokens for c in choices)
-        self.calls.append({"stage": stage, "n": n, "attempt": attempt, "prompt_tokens": prompt_tokens,
+        self.calls.append({"stage": stage, "n": n, "attempt": attempt, "seed": sampling.get("seed"),
+                           "problem": messages[-1]["content"] if solve else None, "prompt_tokens": prompt_tokens,
                            "completion_tokens": completion_tokens, "json_schema": sampling.get("json_schema") is not None})
         return Generation(choices, prompt_tokens, completion_tokens, 0.0)
+
+    def skill_for(self, messages) -> float:
+        """The chance of a right answer for this prompt; a subclass may make it depend on the library."""
+        return self.skill
 
     async def aclose(self) -> None:
         pass

@@ -15,9 +15,8 @@ from rewards import math_reward
 class HelpedByExamples(ScriptedBackend):
     """Right 20% of the time, 90% when its prompt carries a worked example: a library that truly helps."""
 
-    async def generate(self, messages, n=1, **sampling):
-        self.skill = 0.9 if EXAMPLES_HEADER in str(messages[0]["content"]) else 0.2
-        return await super().generate(messages, n, **sampling)
+    def skill_for(self, messages):
+        return 0.9 if EXAMPLES_HEADER in str(messages[0]["content"]) else 0.2
 
 
 async def test_a_library_that_helps_shows_a_paired_gain_beyond_noise_and_beats_the_vote(tmp_path):
@@ -31,8 +30,8 @@ async def test_a_library_that_helps_shows_a_paired_gain_beyond_noise_and_beats_t
     assert learned.majority_vs_baseline.value > 0
     assert result.extra_prompt_tokens(learned) > 0 == result.extra_prompt_tokens(none)
     # paired: both arms drew the same seeds for the same problems
-    seeds = [c for c in backend.calls if c["stage"] == "solve"]
-    assert len(seeds) == 2 * len(problems)
+    solves = [(c["problem"], c["seed"]) for c in backend.calls if c["stage"] == "solve"]
+    assert len(solves) == 2 * len(problems) and set(solves[: len(problems)]) == set(solves[len(problems):])
     result.write(tmp_path / "c.json")
     data = json.loads((tmp_path / "c.json").read_text())
     assert data["arms"][1]["tokens"]["learning"] == 1234 and data["baseline"] == "none"
@@ -40,7 +39,7 @@ async def test_a_library_that_helps_shows_a_paired_gain_beyond_noise_and_beats_t
     assert (tmp_path / "c.png").stat().st_size > 1000
 
 
-async def test_a_library_that_does_nothing_shows_no_gain(tmp_path):
+async def test_identical_draws_give_a_paired_difference_of_exactly_zero(tmp_path):
     problems = load_dataset("quickstart")
     backend = ScriptedBackend({p.problem: p.answer for p in problems}, skill=0.5)
     library, _ = apply_ops(EMPTY_LIBRARY, [ExampleOp(op="example", text="Problem: 2+2?\nSolution: \\boxed{4}")], step=1)

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from crash_run import CONFIG, scripted
+from crash_run import CONFIG, GATED, scripted
 from fakes import ScriptedBackend, default_learner
 from gym_tf.config import OptimizeConfig
 from gym_tf.library_io import diff_versions
@@ -165,6 +165,55 @@ def _outcome(store, run_id):
     return [(i.id, i.text, i.provenance.problem_ids) for i in library.items], rollouts
 
 
+def _calls_by_stage(store, run_id):
+    stages = {}
+    for r in store.db["rollouts"].rows_where("run_id = ?", [run_id]):
+        stage = "validate" if r["problem_id"].startswith("val/") else "solve"
+        stages[stage] = stages.get(stage, 0) + 1
+    for c in store.db["learner_calls"].rows_where("run_id = ?", [run_id]):
+        stages[c["stage"]] = stages.get(c["stage"], 0) + 1
+    return stages
+
+
+def _verdicts(store, run_id):
+    return [(s["step"], s["status"], s["stats"]["val_mean"]) for s in store.steps(run_id)]
+
+
+@pytest.mark.parametrize("kill_after_rows", [3, 60, 200])
+async def test_kill_9_of_a_gated_run_then_resume_matches_an_uninterrupted_run(tmp_path, kill_after_rows):
+    """The gate's baseline and best scores survive a crash: no validation is paid twice, every verdict repeats."""
+    clean_store = RunStore(tmp_path / "clean")
+    clean = Optimizer(GATED, clean_store, scripted(gated=True))
+    await clean.run()
+    assert {s for _, s, _ in _verdicts(clean_store, clean.run_id)} >= {"promoted", "rejected"}
+
+    crash_dir = tmp_path / "crash"
+    child = subprocess.Popen([sys.executable, str(Path(__file__).parent / "crash_run.py"), str(crash_dir), "0.005",
+                              "gated"], stdout=subprocess.PIPE, text=True)
+    run_id = child.stdout.readline().strip()
+    crash_store = RunStore(crash_dir)
+    deadline = time.time() + 60
+    while time.time() < deadline and child.poll() is None:
+        if crash_store.db["rollouts"].count + crash_store.db["learner_calls"].count >= kill_after_rows:
+            break
+        time.sleep(0.005)
+    os.kill(child.pid, signal.SIGKILL)
+    child.wait()
+    assert len(crash_store.steps(run_id)) < 6, "the child finished before it was killed"
+    before = _calls_by_stage(crash_store, run_id)
+
+    run_id, config = resume_config(crash_store, run_id)
+    backend = scripted(gated=True)
+    result = await Optimizer(config, crash_store, backend, run_id=run_id).run()
+    assert result.status == "finished"
+    assert _verdicts(crash_store, run_id) == _verdicts(clean_store, clean.run_id)
+    assert _outcome(crash_store, run_id) == _outcome(clean_store, clean.run_id)
+    assert _calls_by_stage(crash_store, run_id) == _calls_by_stage(clean_store, clean.run_id)
+    # what the resumed process paid is exactly what was missing: validation groups are the n=2 requests
+    paid_val = sum(c["n"] for c in backend.calls if c["stage"] == "solve" and c["n"] == 2)
+    assert paid_val == _calls_by_stage(clean_store, clean.run_id)["validate"] - before.get("validate", 0)
+
+
 @pytest.mark.parametrize("kill_after_rows", [5, 40, 90])
 async def test_kill_9_then_resume_matches_an_uninterrupted_run(tmp_path, kill_after_rows):
     clean_store = RunStore(tmp_path / "clean")
@@ -196,3 +245,22 @@ async def test_kill_9_then_resume_matches_an_uninterrupted_run(tmp_path, kill_af
     assert len(resampled) == 12 * 2 - len({k.rsplit("/", 1)[0] for k in stored_before})
     assert crash_store.db["rollouts"].count == 12 * 4 * 2
     assert _outcome(crash_store, run_id) == _outcome(clean_store, clean.run_id)
+
+
+async def test_judge_calls_are_stored_counted_and_never_paid_twice(tmp_path, quickstart):
+    store = RunStore(tmp_path / "ws")
+    config = SMALL.model_copy(update={"reward": "judge", "epochs": 1})
+    backend = ScriptedBackend({p.problem: p.answer for p in quickstart})
+    _, result = await run(store, backend, config)
+    judged = [c for c in backend.calls if c["stage"] == "judge"]
+    stored = list(store.db["learner_calls"].rows_where("stage = 'judge'"))
+    # identical questions (same completion, same reference) are asked once; every call made is stored and counted
+    assert len(judged) == len(stored) == len({s["subject"] for s in stored}) > 1
+    assert store.usage(result.run_id)["judge"]["prompt"] == sum(c["prompt_tokens"] for c in judged)
+    # the same run again (as a resume would) finds every verdict stored: no judge call is paid
+    again = ScriptedBackend({p.problem: p.answer for p in quickstart})
+    optimizer = Optimizer(config, store, again, run_id=result.run_id)
+    answers = {p.id: p.answer for p in quickstart}
+    for rollout in store.rollouts(result.run_id):
+        await optimizer.reward([rollout.completion], answer=answers[rollout.problem_id])
+    assert not [c for c in again.calls if c["stage"] == "judge"]

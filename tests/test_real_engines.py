@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -57,6 +58,7 @@ def test_eval_cli_on_the_embedded_model(tmp_path):
     assert result.returncode == 0, result.stderr
     for metric in ("Mean@2", "Pass@2", "Majority@2", "95% CI"):
         assert metric in result.stdout
+    assert re.search(r"^\[\s*\d+s\] eval library none \(\d+/3\)$", result.stderr, re.MULTILINE), result.stderr
     data = json.loads(report.read_text())
     assert data["metrics"]["problems"] == 3 and data["model"] == "qwen2.5-coder-0.5b-instruct-q4"
     assert 0 <= data["metrics"]["mean_at_k"]["low"] <= data["metrics"]["mean_at_k"]["value"] <= data["metrics"]["mean_at_k"]["high"]
@@ -86,6 +88,30 @@ def test_kill_9_and_resume_with_the_real_cli(tmp_path):
     before = {r["key"]: r["completion"] for r in store.db["rollouts"].rows}
     resumed = run_cli("optimize", "--resume", run["id"][-6:], "--workspace", str(ws))
     assert resumed.returncode == 0, resumed.stderr
+    # stderr is a pipe here, not a terminal: plain progress lines, one at least per step, with the elapsed time
+    steps = [line for line in resumed.stderr.splitlines() if re.match(r"\[\s*\d+s\] epoch 1 step \d/2 ", line)]
+    assert {re.search(r"step (\d)/2", line).group(1) for line in steps} >= {"2"}, resumed.stderr
     after = {r["key"]: r["completion"] for r in store.db["rollouts"].rows}
     assert len(after) == 8 and all(after[k] == v for k, v in before.items())
     assert store.run(run["id"])["status"] == "finished" and len(store.steps(run["id"])) == 2
+
+
+def test_eval_compares_libraries_on_the_embedded_model(tmp_path):
+    from gym_tf.library import EMPTY_LIBRARY, ExampleOp, apply_ops
+    from gym_tf.library_io import export_library
+
+    library, _ = apply_ops(EMPTY_LIBRARY, [ExampleOp(op="example", text="Problem: What is 6 times 7?\nSolution: "
+                                                     "6 * 7 = 42. \\boxed{42}")], step=1)
+    export_library(library, tmp_path / "lib.json")
+    report = tmp_path / "report.json"
+    result = run_cli("eval", "--dataset", "quickstart", "--limit", "2", "-k", "2", "--max-completion-tokens", "96",
+                     "--library", str(tmp_path / "lib.json"), "--report", str(report), "--workspace", str(tmp_path / "ws"))
+    assert result.returncode == 0, result.stderr
+    assert "Mean@2 - none" in result.stdout and "Majority@2 - none's" in result.stdout
+    data = json.loads(report.read_text())
+    none, learned = data["arms"]
+    assert (none["name"], learned["name"]) == ("none", str(tmp_path / "lib.json"))
+    assert none["mean_vs_baseline"] is None and learned["mean_vs_baseline"]["low"] <= learned["mean_vs_baseline"]["high"]
+    assert data["extra_prompt_tokens_per_call"][learned["name"]] > 10  # the example is in every prompt
+    assert all(r["shown"] == ["E1"] for g in data["reports"][learned["name"]]["problems"].values() for r in g)
+    assert report.with_suffix(".png").stat().st_size > 1000
