@@ -28,8 +28,13 @@ from gym_tf.optimize import Optimizer  # noqa: E402
 from gym_tf.store import RunStore  # noqa: E402
 
 
-def reference_calls(groups_used: int, group_size: int) -> int:
-    return groups_used * group_size + groups_used + (1 if groups_used else 0)
+def reference_calls(rewards_by_problem: dict[str, list[float]]) -> int:
+    """The reference design's learner calls for one step, counted from its published description and the step's
+    raw rewards (not from gym-tf's own bookkeeping): homogeneous groups (all 0 or all 1) are skipped; every other
+    group costs one summary per rollout and one group-advantage call; the step costs one consolidation if any
+    group was used (../shared/research/reference-algorithm.md)."""
+    used = [r for r in rewards_by_problem.values() if len(set(r)) > 1]
+    return sum(len(r) for r in used) + len(used) + (1 if used else 0)
 
 
 async def measure(backend, config: OptimizeConfig) -> list[dict]:
@@ -44,9 +49,16 @@ async def measure(backend, config: OptimizeConfig) -> list[dict]:
             "skipped": step["stats"]["groups_skipped"],
             "calls": len(calls),
             "tokens": sum(c["prompt_tokens"] + c["completion_tokens"] for c in calls),
-            "reference": reference_calls(step["stats"]["groups_used"], config.group_size),
+            "reference": reference_calls(step_rewards(store, result.run_id, step["step"])),
         })
     return rows
+
+
+def step_rewards(store: RunStore, run_id: str, step: int) -> dict[str, list[float]]:
+    groups: dict[str, list[float]] = {}
+    for r in store.db["rollouts"].rows_where("run_id = ? and step = ? and problem_id not like 'val/%'", [run_id, step]):
+        groups.setdefault(r["problem_id"], []).append(r["reward"] or 0.0)
+    return groups
 
 
 def show(title: str, rows: list[dict]) -> None:
@@ -77,7 +89,7 @@ if __name__ == "__main__":
     else:
         answers = {p.problem: p.answer for p in load_dataset("quickstart")}
         backend = ScriptedBackend(answers)
-        base = OptimizeConfig(dataset="quickstart", limit=24, batch_size=8, group_size=4, epochs=1)
+        base = OptimizeConfig(dataset="quickstart", limit=24, batch_size=8, group_size=4, epochs=1, worked_examples=False)
     show("paper design (summaries on)", asyncio.run(measure(backend, base)))
     show("summaries off", asyncio.run(measure(backend, base.model_copy(update={"summarize": False}))))
     if not args.embedded:

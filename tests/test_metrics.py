@@ -35,3 +35,13 @@ def test_paired_difference_detects_a_real_drop():
     baseline = [1.0] * 20
     assert paired_difference([0.0] * 20, baseline).high < 0
     assert paired_difference([1.0] * 19 + [0.0], baseline).high == 0.0
+
+
+def test_majority_groups_answers_the_verifier_calls_equal_and_scores_ties_fairly():
+    # 1/2 and 0.5 are both scored correct by the verifier: one answer with two votes, not two with one each
+    assert majority_score(["\\boxed{1/2}", "\\boxed{0.5}", "\\boxed{3}"], [1.0, 1.0, 0.0]) == 1.0
+    # wrong answers that are the same number in other forms vote together too
+    assert majority_score(["\\boxed{3}", "\\boxed{3.0}", "\\boxed{\\frac{1}{2}}"], [0.0, 0.0, 1.0]) == 0.0
+    # a tie favours no sample order: the expected score of a fair pick
+    assert majority_score(["\\boxed{3}", "\\boxed{4}"], [0.0, 1.0]) == 0.5
+    assert majority_score(["\\boxed{4}", "\\boxed{3}"], [1.0, 0.0]) == 0.5
