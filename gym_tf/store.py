@@ -70,12 +70,24 @@ class RunStore:
         # One connection, used by one thread at a time (the CLI's, or the server's event loop thread). Another
         # process may hold the write lock for a moment: wait for it rather than fail.
         self.db = Database(sqlite3.connect(self.root / "gym-tf.db", check_same_thread=False, timeout=30))
-        self.db.enable_wal()
+        self._enable_wal()
         self.db.execute("PRAGMA synchronous=NORMAL")
         # The Merkle log lives in the same file (pymerkle's `leaf` table), so a version and its log entry commit
         # in one transaction.
         self.ledger = MerkleLog(self.root / "gym-tf.db")
         self._create()
+
+    def _enable_wal(self) -> None:
+        """Switching a new file to WAL needs it alone, and SQLite's busy wait does not cover that switch: processes
+        opening a new workspace together take turns (measured: 3 at once failed with "database is locked")."""
+        for attempt in range(200):
+            try:
+                self.db.enable_wal()
+                return
+            except sqlite3.OperationalError as exc:
+                if "locked" not in str(exc) or attempt == 199:
+                    raise
+                time.sleep(0.05)
 
     def _create(self) -> None:
         db = self.db

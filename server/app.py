@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import hmac
 import json
+import re
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -249,6 +250,24 @@ def _authorized(header: str, keys: list[str]) -> bool:
     return scheme.lower() == "bearer" and any(matches)
 
 
+MAX_JSON_DEPTH = 512
+_JSON_STRING = re.compile(rb'"(?:[^"\\]|\\.)*"')
+_NOT_BRACKET = re.compile(rb"[^\[\]{}]")
+
+
+def _nesting(raw: bytes | bytearray) -> int:
+    """How deep the body's arrays and objects nest, found before parsing: the json module's C parser recurses once
+    per level, and a body of 100,000 `[` overflowed a server thread's C stack (a segfault, seen in the hostile
+    tests) before Python's recursion limit could raise. Bodies with few brackets are not scanned."""
+    if raw.count(b"[") + raw.count(b"{") <= MAX_JSON_DEPTH:
+        return 0
+    depth = deepest = 0
+    for bracket in _NOT_BRACKET.sub(b"", _JSON_STRING.sub(b'""', bytes(raw))):
+        depth += 1 if bracket in b"[{" else -1
+        deepest = max(deepest, depth)
+    return deepest
+
+
 async def _json_body(request: Request, limit: int) -> dict[str, Any]:
     """The body as a JSON object, read chunk by chunk: a chunked body over the limit is refused as soon as it passes
     it, never buffered whole."""
@@ -257,6 +276,8 @@ async def _json_body(request: Request, limit: int) -> dict[str, Any]:
         raw += chunk
         if len(raw) > limit:
             raise OpenAIError(413, f"request body over {limit} bytes")
+    if await asyncio.to_thread(_nesting, raw) > MAX_JSON_DEPTH:
+        raise OpenAIError(400, f"request body is nested more than {MAX_JSON_DEPTH} levels deep")
     try:
         body = json.loads(raw)
     except ValueError as exc:
