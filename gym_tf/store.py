@@ -75,7 +75,8 @@ class RunStore:
         # The Merkle log lives in the same file (pymerkle's `leaf` table), so a version and its log entry commit
         # in one transaction.
         self.ledger = MerkleLog(self.root / "gym-tf.db")
-        self._create()
+        with self._immediate():  # the write lock first: processes creating the tables together take turns
+            self._create()
 
     def _enable_wal(self) -> None:
         """Switching a new file to WAL needs it alone, and SQLite's busy wait does not cover that switch: processes
