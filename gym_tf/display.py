@@ -73,7 +73,7 @@ def library_table(library: LibraryVersion, status: str = "") -> Table:
     table.add_column("from", overflow="fold")
     for item in library.items:
         origin = item.provenance
-        table.add_row(item.id, item.kind, item.text, f"step {origin.step} {origin.op} {', '.join(origin.problem_ids)}")
+        table.add_row(item.id, item.kind, Text(item.text), f"step {origin.step} {origin.op} {', '.join(origin.problem_ids)}")
     return table
 
 
