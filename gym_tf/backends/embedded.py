@@ -16,6 +16,7 @@ import asyncio
 import hashlib
 import json
 import os
+import threading
 import time
 from importlib import metadata
 from pathlib import Path
@@ -158,7 +159,9 @@ class EmbeddedBackend:
         self.model = DEFAULT_MODEL_NAME if model_file is None else path.stem
         self.path = path
         self.server = xllamacpp.Server(server_params(path, n_ctx, threads))
-        self._lock = asyncio.Lock()  # one group at a time, so its samples share the prompt cache
+        # One group at a time, so its samples share the prompt cache. A thread lock, not an asyncio one: a backend
+        # may serve several event loops in turn (each `asyncio.run` of a script, each async test).
+        self._lock = threading.Lock()
 
     def describe(self) -> str:
         return f"embedded llama.cpp {self.path.name}"
@@ -175,8 +178,7 @@ class EmbeddedBackend:
             request["response_format"] = {"type": "json_schema", "json_schema": {"name": "reply", "schema": params.json_schema}}
         # A fixed seed per sample keeps runs reproducible and the group's samples distinct.
         seed = params.seed if params.seed is not None else 0
-        async with self._lock:
-            replies = [await asyncio.to_thread(self._complete, {**request, "seed": seed + i}) for i in range(n)]
+        replies = await asyncio.to_thread(self._complete_group, request, seed, n)
         choices = [
             Choice(
                 text=reply["choices"][0]["message"].get("content") or "",
@@ -191,6 +193,10 @@ class EmbeddedBackend:
             completion_tokens=sum(c.completion_tokens for c in choices),
             latency_s=time.perf_counter() - start,
         )
+
+    def _complete_group(self, request: dict[str, Any], seed: int, n: int) -> list[dict[str, Any]]:
+        with self._lock:  # the group's samples back to back: the prompt's KV cache is reused between them
+            return [self._complete({**request, "seed": seed + i}) for i in range(n)]
 
     def _complete(self, request: dict[str, Any]) -> dict[str, Any]:
         reply = self.server.handle_chat_completions(request)
