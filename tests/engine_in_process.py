@@ -51,7 +51,7 @@ async def test_real_learner_prompted_badly_leaves_no_corrupt_version(embedded, t
     JSON, retried, then rejected."""
     store = RunStore(tmp_path / "ws")
     config = OptimizeConfig(**{**TINY, "learner_max_tokens": 5, "max_attempts": 2, "summarize": False,
-                               "hard_groups": "reference"})
+                               "hard_groups": "reference", "worked_examples": False})
     result = await Optimizer(config, store, embedded).run()
     assert result.library.items == () and store.versions(result.run_id) == []
     rejected = [o for o in store.ops(result.run_id) if not o["accepted"]]

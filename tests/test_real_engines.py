@@ -105,7 +105,8 @@ def test_eval_compares_libraries_on_the_embedded_model(tmp_path):
     export_library(library, tmp_path / "lib.json")
     report = tmp_path / "report.json"
     result = run_cli("eval", "--dataset", "quickstart", "--limit", "2", "-k", "2", "--max-completion-tokens", "96",
-                     "--library", str(tmp_path / "lib.json"), "--report", str(report), "--workspace", str(tmp_path / "ws"))
+                     "--library", "none", "--library", str(tmp_path / "lib.json"), "--report", str(report),
+                     "--workspace", str(tmp_path / "ws"))
     assert result.returncode == 0, result.stderr
     assert "Mean@2 - none" in result.stdout and "Majority@2 - none's" in result.stdout
     data = json.loads(report.read_text())
