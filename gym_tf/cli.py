@@ -22,7 +22,7 @@ from gym_tf.backends import BackendConfig, make_backend
 from gym_tf.config import OptimizeConfig, RolloutConfig
 from gym_tf.datasets import load_dataset
 from gym_tf.display import diff_text, library_table, metrics_table, progress_line, runs_table
-from gym_tf.errors import GymTFError
+from gym_tf.errors import ConfigError, GymTFError
 from ledger.errors import LedgerError
 from gym_tf.library import render_library, short, with_policy
 from gym_tf.library_io import diff_versions, export_library, read_library_file, resolve_library
@@ -38,12 +38,14 @@ console = Console(soft_wrap=True)  # ids and CIDs are never broken across lines
 err = Console(stderr=True, soft_wrap=True)
 
 # --- shared options -------------------------------------------------------------------------------------------------
-BaseUrl = Annotated[Optional[str], typer.Option(help="OpenAI-compatible server (.../v1); none: the embedded model")]
+BaseUrl = Annotated[Optional[list[str]], typer.Option(
+    help="OpenAI-compatible server (.../v1); repeat for replicas of one model; none: the embedded model")]
 Model = Annotated[Optional[str], typer.Option(help="model name on the server, or a local HF directory (vllm)")]
 ApiKey = Annotated[Optional[str], typer.Option(envvar="GYM_TF_API_KEY", help="API key for the server")]
 ModelFile = Annotated[Optional[str], typer.Option(help="a local GGUF file for the embedded backend")]
 BackendKind = Annotated[str, typer.Option(help="auto | embedded | openai | vllm | transformers")]
-Concurrency = Annotated[int, typer.Option(help="requests in flight at once")]
+Concurrency = Annotated[str, typer.Option(
+    help="requests in flight at once per server, or `auto`: adapt to what each server sustains")]
 Timeout = Annotated[float, typer.Option(help="per-request timeout, seconds")]
 Workspace = Annotated[Optional[Path], typer.Option(envvar="GYM_TF_WORKSPACE", help="workspace folder (default ./.gym-tf)")]
 ProblemField = Annotated[Optional[str], typer.Option(help="column holding the problem")]
@@ -69,10 +71,20 @@ def fails_cleanly(command: Callable[..., Any]) -> Callable[..., Any]:
     return wrapper
 
 
-def backend_config(backend: str, base_url: str | None, model: str | None, api_key: str | None, model_file: str | None,
-                   concurrency: int, timeout: float) -> BackendConfig:
-    return BackendConfig(backend=backend, base_url=base_url, model=model, api_key=api_key, model_file=model_file,
-                         concurrency=concurrency, timeout_s=timeout)
+def backend_config(backend: str, base_url: list[str] | None, model: str | None, api_key: str | None,
+                   model_file: str | None, concurrency: str, timeout: float) -> BackendConfig:
+    urls = base_url or []
+    return BackendConfig(backend=backend, base_url=urls[0] if urls else None, replicas=tuple(urls[1:]), model=model,
+                         api_key=api_key, model_file=model_file, timeout_s=timeout, **concurrency_settings(concurrency))
+
+
+def concurrency_settings(value: str) -> dict:
+    """`8` is a fixed limit per server; `auto` starts at 8 and adapts."""
+    if value == "auto":
+        return {"concurrency": 8, "adaptive_concurrency": True}
+    if not value.isdigit():
+        raise ConfigError(f"--concurrency must be a number or `auto`, not {value!r}")
+    return {"concurrency": int(value)}
 
 
 # --- eval -------------------------------------------------------------------------------------------------------------
@@ -102,7 +114,7 @@ def eval_command(
     model: Model = None,
     api_key: ApiKey = None,
     model_file: ModelFile = None,
-    concurrency: Concurrency = 8,
+    concurrency: Concurrency = "8",
     timeout: Timeout = 600.0,
     workspace: Workspace = None,
 ) -> None:
@@ -229,9 +241,10 @@ def optimize(
     model: Model = None,
     api_key: ApiKey = None,
     model_file: ModelFile = None,
-    concurrency: Concurrency = 8,
+    concurrency: Concurrency = "8",
     timeout: Timeout = 600.0,
-    learner_base_url: Annotated[Optional[str], typer.Option(help="a different server for the learning stages")] = None,
+    learner_base_url: Annotated[Optional[list[str]], typer.Option(
+        help="a different server for the learning stages; repeat for replicas")] = None,
     learner_model: Annotated[Optional[str], typer.Option(help="the learning stages' model")] = None,
     workspace: Workspace = None,
 ) -> None:
@@ -244,8 +257,8 @@ def optimize(
         run_id = None
         learner = None
         if learner_base_url or learner_model:
-            learner = BackendConfig(base_url=learner_base_url or base_url, model=learner_model, api_key=api_key,
-                                    concurrency=concurrency, timeout_s=timeout)
+            learner = backend_config("auto", learner_base_url or base_url, learner_model, api_key, None, concurrency,
+                                     timeout)
         config = OptimizeConfig(
             dataset=dataset, problem_field=problem_field, answer_field=answer_field, limit=limit, epochs=epochs,
             batch_size=batch_size, group_size=group_size, seed=seed, reward=reward, val_dataset=val_dataset,
@@ -319,7 +332,6 @@ def train(
     workspace: Workspace = None,
 ) -> None:
     """Gradient RL (GRPO / GSPO, optionally LoRA) on the same data and rewards as optimize (needs gym-tf[train])."""
-    from gym_tf.errors import ConfigError
     from gym_tf.train import TrainConfig, merge_adapter, resume_train_config
     from gym_tf.train import train as run_training
 

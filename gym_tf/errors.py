@@ -47,7 +47,9 @@ class ModelNotFound(BackendError):
 
 
 class BackendRequestFailed(BackendError):
-    pass
+    def __init__(self, message: str, status: int | None = None):
+        super().__init__(message)
+        self.status = status  # the HTTP status the server answered, when there was one
 
 
 class LibraryError(GymTFError):

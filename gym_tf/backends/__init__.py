@@ -30,7 +30,13 @@ class BackendConfig(BaseModel):
     model: str | None = Field(None, description="model name on the server, or a local HF directory for vllm")
     api_key: str | None = Field(None, description="API key for the server (never recorded in the run store)")
     model_file: str | None = Field(None, description="a local GGUF file for the embedded backend")
-    concurrency: int = Field(8, ge=1, description="requests in flight at once against a server")
+    replicas: tuple[str, ...] = Field(
+        (), description="more servers of the same model; requests spread over base_url and these by least "
+                        "outstanding requests, with failover")
+    concurrency: int = Field(8, ge=1, description="requests in flight at once against each server (the start, if adaptive)")
+    adaptive_concurrency: bool = Field(
+        False, description="grow the limit while the server keeps its speed per token, shrink it on queueing, 429 "
+                           "or timeouts")
     timeout_s: float = Field(600.0, gt=0, description="per-request timeout in seconds")
     max_retries: int = Field(3, ge=0, description="retries with backoff on connection errors, 429 and 5xx")
     n_ctx: int = Field(4096, ge=256, description="context length for in-process engines")
@@ -42,6 +48,8 @@ class BackendConfig(BaseModel):
     def _check(self) -> "BackendConfig":
         if self.backend == "openai" and not self.base_url:
             raise ValueError("backend 'openai' needs base_url (the server's /v1 address)")
+        if self.replicas and not self.base_url:
+            raise ValueError("replicas need base_url: they are more servers like it")
         if self.backend in ("vllm", "transformers") and not self.model:
             raise ValueError(f"backend {self.backend!r} needs model (a local HF model directory)")
         return self
@@ -63,9 +71,17 @@ async def make_backend(config: BackendConfig) -> Backend:
     if kind == "openai":
         from gym_tf.backends.openai_http import OpenAIBackend
 
-        backend = OpenAIBackend(
-            config.base_url or "", config.model, config.api_key, config.concurrency, config.timeout_s, config.max_retries
-        )
+        urls = [config.base_url or "", *config.replicas]
+        # In a fleet, a failing replica is left for another at once; the fleet retries rounds, not each replica.
+        retries = config.max_retries if len(urls) == 1 else 0
+        members = [OpenAIBackend(url, config.model, config.api_key, config.concurrency, config.timeout_s, retries,
+                                 adaptive=config.adaptive_concurrency) for url in urls]
+        if len(members) == 1:
+            backend = members[0]
+        else:
+            from gym_tf.backends.fleet import FleetBackend
+
+            backend = FleetBackend(members, max_rounds=config.max_retries + 1)
         await backend.check()
         return backend
     if kind == "embedded":

@@ -15,6 +15,7 @@ import httpx
 import openai
 
 from gym_tf.backends.base import Choice, Generation, Messages, Sampling, split_tokens
+from gym_tf.backends.limits import ConcurrencyLimit
 from gym_tf.errors import BackendRequestFailed, BackendUnreachable, ModelNotFound
 
 
@@ -28,6 +29,7 @@ class OpenAIBackend:
         timeout_s: float = 600.0,
         max_retries: int = 3,
         transport: httpx.AsyncBaseTransport | None = None,
+        adaptive: bool = False,
     ):
         self.base_url = base_url
         self.model = model or ""
@@ -36,7 +38,7 @@ class OpenAIBackend:
             # `transport` is the test seam (httpx.MockTransport); None keeps the client's own.
             http_client=httpx.AsyncClient(transport=transport, timeout=timeout_s) if transport else None,
         )
-        self._slots = asyncio.Semaphore(concurrency)
+        self.slots = ConcurrencyLimit(concurrency, adaptive=adaptive)
         self.supports_n: bool | None = None  # learned from the first group request
         # How to ask for schema-constrained JSON, learned by trying: OpenAI/vLLM/llama.cpp's llama-server take
         # `json_schema`; llama-cpp-python's server only `json_object` with a `schema`; others neither.
@@ -107,11 +109,16 @@ class OpenAIBackend:
                                          "json_schema": {"name": "reply", "schema": params.json_schema}}
         elif mode == "json_object":
             kwargs["response_format"] = {"type": "json_object", "schema": params.json_schema}
-        async with self._slots:
+        async with self.slots:
             start = time.perf_counter()
             try:
                 reply = await self.client.chat.completions.create(**kwargs)
+            except openai.APITimeoutError:
+                self.slots.overloaded()
+                raise BackendUnreachable(f"{self.base_url} timed out (model {self.model!r})") from None
             except openai.APIStatusError as exc:
+                if exc.status_code == 429:
+                    self.slots.overloaded()
                 if "response_format" not in kwargs or "response_format" not in str(exc.message):
                     raise self._failed(exc) from None
                 # This server refuses this way of asking for JSON: try the next way, or none (the learner
@@ -126,6 +133,7 @@ class OpenAIBackend:
                 ) from None
             else:
                 refused = False
+                self.slots.observe(time.perf_counter() - start, reply.usage.completion_tokens if reply.usage else 0)
         if refused:
             return await self._request(messages, n, params, offset)
         usage = reply.usage
@@ -145,7 +153,8 @@ class OpenAIBackend:
     def _failed(self, exc: openai.APIStatusError) -> Exception:
         if exc.status_code == 404:
             return ModelNotFound(f"{self.base_url}: model {self.model!r} not found ({exc.message})")
-        return BackendRequestFailed(f"{self.base_url} answered {exc.status_code} for model {self.model!r}: {exc.message}")
+        return BackendRequestFailed(f"{self.base_url} answered {exc.status_code} for model {self.model!r}: {exc.message}",
+                                    status=exc.status_code)
 
     async def aclose(self) -> None:
         await self.client.close()

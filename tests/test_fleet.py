@@ -1,0 +1,169 @@
+"""Many replicas of one model: least outstanding requests, failover without losing a rollout, adaptive limits."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import httpx
+import pytest
+
+from fake_fleet import SimulatedEngine
+from gym_tf.backends import BackendConfig, Sampling, make_backend
+from gym_tf.backends.fleet import FleetBackend
+from gym_tf.backends.limits import ConcurrencyLimit
+from gym_tf.backends.openai_http import OpenAIBackend
+from gym_tf.datasets import Problem
+from gym_tf.errors import BackendRequestFailed
+from gym_tf.library import EMPTY_LIBRARY
+from gym_tf.rollouts import rollout_many
+
+TESTS = Path(__file__).parent
+
+
+def fleet(engines: list[SimulatedEngine], concurrency: int = 4, adaptive: bool = False) -> FleetBackend:
+    members = [OpenAIBackend(f"http://{e.name}/v1", "sim", concurrency=concurrency, max_retries=0,
+                             transport=e.transport(), adaptive=adaptive) for e in engines]
+    return FleetBackend(members, cooldown_s=0.2, retry_wait_s=0.01)
+
+
+def problems(count: int) -> list[Problem]:
+    return [Problem(id=f"p{i}", problem=f"question {i}", answer="1") for i in range(count)]
+
+
+def length_reward(completions, **_):
+    return [float(len(c) > 0) for c in completions]
+
+
+async def roll(backend, count: int, group: int = 4):
+    return await rollout_many(backend, problems(count), EMPTY_LIBRARY, group, Sampling(max_tokens=32), length_reward,
+                              seed=0)
+
+
+async def test_groups_spread_over_replicas_one_request_per_group():
+    engines = [SimulatedEngine(f"r{i}", batch=8, token_s=0.001) for i in range(4)]
+    groups = await roll(fleet(engines, concurrency=2), 40)
+    assert sorted(groups) == sorted(f"p{i}" for i in range(40))
+    assert all(len(g) == 4 and all(r.reward == 1.0 for r in g) for g in groups.values())
+    # n=G in one request per group: 40 requests in all, every replica took a share, none past its limit (2 x 4).
+    assert sum(e.requests for e in engines) == 40
+    assert all(e.requests >= 5 for e in engines), [e.requests for e in engines]
+    assert all(e.peak <= 8 for e in engines)
+
+
+async def test_a_replica_killed_mid_run_loses_no_rollout():
+    engines = [SimulatedEngine(f"r{i}", batch=8, token_s=0.002) for i in range(3)]
+    backend = fleet(engines)
+
+    async def kill_soon():
+        await asyncio.sleep(0.15)
+        engines[0].down = True
+
+    groups, _ = await asyncio.gather(roll(backend, 60), kill_soon())
+    assert sorted(groups) == sorted(f"p{i}" for i in range(60))  # every group, each exactly once
+    assert all(len(g) == 4 and {r.sample for r in g} == {0, 1, 2, 3} for g in groups.values())
+    assert engines[0].requests > 0 and engines[0].down
+    assert backend.replicas[0].failures >= 1
+    # the survivors finished what the dead one dropped
+    done = sum(len(e.completed) for e in engines[1:])
+    assert done >= 4 * 60 - len(engines[0].completed)
+
+
+async def test_5xx_replica_is_left_and_bad_requests_are_not_retried_elsewhere():
+    sick, well = SimulatedEngine("sick"), SimulatedEngine("well")
+    sick.fail_5xx = True
+    backend = fleet([sick, well])
+    groups = await roll(backend, 10)
+    assert len(groups) == 10 and len(well.completed) == 40 and not sick.completed
+
+    refusing = httpx.MockTransport(lambda request: httpx.Response(400, json={"error": {"message": "bad n"}}))
+    calls = []
+    counting = httpx.MockTransport(lambda request: calls.append(1) or httpx.Response(500, json={}))
+    two = FleetBackend([OpenAIBackend("http://a/v1", "sim", max_retries=0, transport=refusing),
+                        OpenAIBackend("http://b/v1", "sim", max_retries=0, transport=counting)])
+    two.replicas[1].down_until = float("inf")  # make the 400 replica the one picked
+    with pytest.raises(BackendRequestFailed, match="400"):
+        await two.generate([{"role": "user", "content": "x"}], n=1)
+    assert not calls
+
+
+async def test_every_replica_down_fails_with_the_last_error():
+    engines = [SimulatedEngine("a"), SimulatedEngine("b")]
+    for e in engines:
+        e.down = True
+    backend = fleet(engines)
+    backend.max_rounds = 2
+    with pytest.raises(Exception, match="cannot reach"):
+        await backend.generate([{"role": "user", "content": "x"}], n=2)
+
+
+async def test_adaptive_limit_grows_to_fill_the_batch_and_halves_on_overload():
+    engine = SimulatedEngine("one", batch=16, token_s=0.01, tokens=16)
+    backend = fleet([engine], concurrency=1, adaptive=True)
+    await roll(backend, 300, group=1)
+    limit = backend.replicas[0].backend.slots.limit
+    assert 12 <= limit <= 40, limit  # grew from 1 to about the batch; queueing kept it from running away
+    assert engine.peak == 16  # the engine was full at some point
+    before = limit
+    backend.replicas[0].backend.slots.overloaded()
+    assert backend.replicas[0].backend.slots.limit == pytest.approx(before / 2)
+
+
+def test_fixed_limit_never_moves():
+    limit = ConcurrencyLimit(3)
+    for _ in range(50):
+        limit.observe(1.0, 10)
+    limit.overloaded()
+    assert limit.limit == 3
+
+
+# --- real servers ---------------------------------------------------------------------------------------------------
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_cli_eval_over_two_base_urls_survives_a_dead_one(tmp_path):
+    """`--base-url` twice, the first pointing at nothing: the eval finishes on the live server, every problem."""
+    port, dead = free_port(), free_port()
+    record = tmp_path / "bodies.jsonl"
+    server = subprocess.Popen([sys.executable, str(TESTS / "fake_upstream.py"), str(port), str(record), "1", "0"],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        for _ in range(100):
+            try:
+                httpx.get(f"http://127.0.0.1:{port}/v1/models", timeout=1)
+                break
+            except httpx.HTTPError:
+                import time
+
+                time.sleep(0.1)
+        report = tmp_path / "report.json"
+        result = subprocess.run(
+            [sys.executable, "-m", "gym_tf", "eval", "--dataset", "quickstart", "--limit", "5", "-k", "2",
+             "--base-url", f"http://127.0.0.1:{dead}/v1", "--base-url", f"http://127.0.0.1:{port}/v1",
+             "--concurrency", "auto", "--report", str(report), "--workspace", str(tmp_path / "ws")],
+            capture_output=True, text=True, timeout=120)
+        assert result.returncode == 0, result.stderr
+        bodies = [json.loads(line) for line in record.read_text().splitlines()]
+        assert len(bodies) == 5 and all(b["n"] == 2 for b in bodies)  # one request per group, all on the live one
+        assert len(json.loads(report.read_text())["problems"]) == 5
+    finally:
+        server.kill()
+        server.wait()
+
+
+async def test_make_backend_builds_a_fleet_from_replicas():
+    config = BackendConfig(base_url="http://127.0.0.1:9/v1", replicas=("http://127.0.0.1:10/v1",), model="m",
+                           concurrency=3, adaptive_concurrency=True)
+    with pytest.raises(Exception, match="cannot reach"):
+        await make_backend(config)  # both down: the fleet's check fails like a single server's would
+    with pytest.raises(ValueError, match="replicas need base_url"):
+        BackendConfig(replicas=("http://x/v1",))
