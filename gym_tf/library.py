@@ -162,6 +162,15 @@ class LibraryVersion(BaseModel):
     def get(self, item_id: str) -> Experience | None:
         return next((item for item in self.items if item.id == item_id), None)
 
+    def render(self, query: str | None = None) -> str:
+        """The prompt text for a request whose text is `query`: what optimize, eval and serve put in the prompt."""
+        return render_library(self, query)
+
+    def messages(self, messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """A chat request with this library in it, exactly as `gym-tf serve` sends it upstream: for an app that
+        calls its model directly rather than through the proxy."""
+        return with_library(messages, render_library(self, request_text(messages)))
+
 
 EMPTY_LIBRARY = LibraryVersion()
 
@@ -285,8 +294,7 @@ def _most_relevant(items: list[Experience], query: str | None, limit: int) -> li
         return []
     if not query:
         return list(reversed(items))[:limit]
-    order = rank([i.text for i in items], query)
-    return [items[i] for i in order[:limit]]
+    return [items[i] for i in rank([i.text for i in items], query, limit)]
 
 
 def _line(item: Experience) -> str:
@@ -314,6 +322,17 @@ def with_policy(library: LibraryVersion, policy: RenderPolicy | None) -> Library
     if policy is None or policy == library.policy:
         return library
     return LibraryVersion.model_validate({**library.model_dump(mode="json"), "policy": policy.model_dump()})
+
+
+def request_text(messages: Any) -> str:
+    """What a chat request asks: its last user message's text (the problem, in optimize's solve prompt)."""
+    for message in reversed(messages if isinstance(messages, list) else []):
+        if isinstance(message, dict) and message.get("role") == "user":
+            content = message.get("content")
+            if isinstance(content, list):
+                return " ".join(p.get("text", "") for p in content if isinstance(p, dict) and isinstance(p.get("text"), str))
+            return content if isinstance(content, str) else ""
+    return ""
 
 
 def with_library(messages: list[dict[str, Any]], library_text: str) -> list[dict[str, Any]]:

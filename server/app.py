@@ -17,7 +17,8 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, G
 from starlette.exceptions import HTTPException
 
 from gym_tf.errors import UnknownVersion
-from gym_tf.library import EMPTY_LIBRARY, LibraryVersion, render_library, short, with_library, with_policy
+from gym_tf.library import (EMPTY_LIBRARY, LibraryVersion, render_library, request_text, short, with_library,
+                            with_policy)
 from gym_tf.store import RunStore
 from server import proxy
 from server.errors import OpenAIError
@@ -72,17 +73,6 @@ class LibraryRegistry:
             capped = version.policy.model_copy(update={"max_tokens": self.max_tokens}) if self.max_tokens else None
             self._rendering[version.id] = with_policy(version, capped)
         return render_library(self._rendering[version.id], query)
-
-
-def request_text(messages: Any) -> str:
-    """What a chat request asks: its last user message's text (the problem, in optimize's solve prompt)."""
-    for message in reversed(messages if isinstance(messages, list) else []):
-        if isinstance(message, dict) and message.get("role") == "user":
-            content = message.get("content")
-            if isinstance(content, list):
-                return " ".join(p.get("text", "") for p in content if isinstance(p, dict) and isinstance(p.get("text"), str))
-            return content if isinstance(content, str) else ""
-    return ""
 
 
 class Metrics:
