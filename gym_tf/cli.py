@@ -137,19 +137,22 @@ def eval_command(
 
     result = asyncio.run(main())
     result.extra.update(dataset=dataset, model=result.baseline.report.model)
+    recorded = store.put_evaluation({**result.to_dict(), "per_problem": result.per_problem()}, dataset,
+                                    result.baseline.report.model, len(problems), samples)
     if len(arms) == 1:
         only = result.baseline.report
         only.extra["dataset"] = dataset
         only.write(report)
         console.print(metrics_table(only.metrics, f"{only.model} | library {short(arms[0][1].id)} ({len(arms[0][1].items)} items)"))
-        console.print(f"tokens: {only.prompt_tokens} prompt + {only.completion_tokens} completion; report: {report}")
+        console.print(f"tokens: {only.prompt_tokens} prompt + {only.completion_tokens} completion; report: {report} "
+                      f"(studio: /ui/evaluations/{recorded})", highlight=False)
         return
     result.extra["reports"] = {a.name: a.report.to_dict() for a in result.arms}
     result.write(report)
     picture = plot or report.with_suffix(".png")
     plot_comparison(result, picture, f"{result.baseline.report.model}: {dataset}, {len(problems)} problems x {samples}")
     console.print(comparison_table(result))
-    console.print(f"report: {report}; plot: {picture}", highlight=False)
+    console.print(f"report: {report}; plot: {picture}; studio: /ui/evaluations/{recorded}", highlight=False)
 
 
 def learning_tokens(store: RunStore, lib: Any) -> int:
@@ -417,6 +420,7 @@ def serve(
     model_file: ModelFile = None,
     library: Annotated[Optional[str], typer.Option(help="version id, `latest`, or a library file to serve")] = None,
     api_key: Annotated[Optional[list[str]], typer.Option(help="accepted client key (repeatable); env GYM_TF_SERVER_API_KEYS, comma-separated")] = None,
+    admin_key: AdminKey = None,
     max_library_tokens: Annotated[Optional[int], typer.Option(
         help="override the cap each version records (default: render it as its run did)")] = None,
     max_body_bytes: int = 4 * 1024 * 1024,
@@ -440,16 +444,55 @@ def serve(
             store.put_version(lib, run_id="", status="imported")
         store.promote(lib.id)
     keys = list(api_key or []) + [k for k in os.environ.get("GYM_TF_SERVER_API_KEYS", "").split(",") if k]
+    admins = admin_keys(admin_key)
     engine = None  # the embedded llama.cpp server, kept alive while serving
     if upstream:
         target = Upstream(upstream, model, upstream_api_key, timeout)
     else:
         target, engine = start_embedded(model_file)
     app_ = create_app(target, store, ServerConfig(api_keys=keys, max_body_bytes=max_body_bytes,
-                                                  max_library_tokens=max_library_tokens))
-    err.print(f"serving {target.model} from {target.base_url} on http://{host}:{port}/v1", highlight=False)
+                                                  max_library_tokens=max_library_tokens, admin_keys=admins))
+    err.print(f"serving {target.model} from {target.base_url} on http://{host}:{port}/v1; studio on "
+              f"http://{host}:{port}/ui", highlight=False)
     uvicorn.run(app_, host=host, port=port, log_level="warning")
     del engine
+
+
+AdminKey = Annotated[Optional[list[str]], typer.Option(
+    help="key that may also promote and roll back in the studio (repeatable); env GYM_TF_ADMIN_KEYS, comma-separated")]
+
+
+def admin_keys(given: list[str] | None) -> list[str]:
+    import os
+
+    return list(given or []) + [k for k in os.environ.get("GYM_TF_ADMIN_KEYS", "").split(",") if k]
+
+
+@app.command()
+@fails_cleanly
+def ui(
+    api_key: Annotated[Optional[list[str]], typer.Option(help="key that may read the pages (repeatable); env GYM_TF_SERVER_API_KEYS, comma-separated; none: open")] = None,
+    admin_key: AdminKey = None,
+    host: str = "127.0.0.1",
+    port: int = 8001,
+    workspace: Workspace = None,
+) -> None:
+    """The studio alone, on a workspace (no model needed): runs, curves, versions, provenance, evaluations, ledger.
+    Read-only unless an admin key is given."""
+    import os
+
+    import uvicorn
+
+    from gym_tf.errors import StoreError
+    from gym_tf.store import workspace_path
+    from gym_tf.studio import StudioConfig, studio_app
+
+    if not (workspace_path(workspace) / "gym-tf.db").is_file():
+        raise StoreError(f"no workspace at {workspace_path(workspace)} (run `gym-tf optimize` first, or pass --workspace)")
+    keys = list(api_key or []) + [k for k in os.environ.get("GYM_TF_SERVER_API_KEYS", "").split(",") if k]
+    app_ = studio_app(RunStore(workspace), StudioConfig(keys, admin_keys(admin_key)))
+    err.print(f"studio on http://{host}:{port}/ui", highlight=False)
+    uvicorn.run(app_, host=host, port=port, log_level="warning")
 
 
 # --- ledger, keys, publishing, anchors ------------------------------------------------------------------------------
