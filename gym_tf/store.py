@@ -169,7 +169,10 @@ class RunStore:
         # the studio's pages are a few indexed queries each (benchmarks/studio_pages.py)
         for table, cols in [("rollouts", ["run_id", "step"]), ("learner_calls", ["run_id", "step"]),
                             ("versions", ["run_id", "step"]), ("versions", ["parent"]), ("versions", ["created"]),
-                            ("versions", ["leaf_index"]), ("ops", ["version_id"]), ("runs", ["created"])]:
+                            ("versions", ["leaf_index"]), ("ops", ["version_id"]), ("runs", ["created"]),
+                            # token sums per run and stage read the index alone, not the rows' long prompts
+                            ("rollouts", ["run_id", "problem_id", "prompt_tokens", "completion_tokens"]),
+                            ("learner_calls", ["run_id", "stage", "prompt_tokens", "completion_tokens"])]:
             db[table].create_index(cols, if_not_exists=True)
         if "versions" in db.table_names() and db["versions"].count == 0:
             self.put_version(EMPTY_LIBRARY, run_id="", status="promoted")
