@@ -19,7 +19,7 @@ from starlette.exceptions import HTTPException
 from gym_tf.errors import UnknownVersion
 from gym_tf.library import EMPTY_LIBRARY, LibraryVersion, render_library, short, with_library, with_policy
 from gym_tf.store import RunStore
-from gym_tf.studio import StudioConfig, create_studio
+from gym_tf.studio import StudioConfig, create_studio, favicon
 from server import proxy
 from server.errors import OpenAIError
 from server.upstream import Upstream
@@ -129,6 +129,7 @@ def create_app(upstream: Upstream, store: RunStore, config: ServerConfig | None 
     app.add_middleware(Guard, config=config)
     if config.studio:
         app.mount(STUDIO_PATH, create_studio(store, StudioConfig(config.api_keys, config.admin_keys)))
+        app.add_route("/favicon.ico", favicon)
 
     @app.exception_handler(OpenAIError)
     async def openai_error(request: Request, exc: OpenAIError):
@@ -239,7 +240,8 @@ class Guard:
             error = None
             # everything but the bare liveness probe: readiness names the upstream, metrics and the schema tell a lot;
             # the studio checks the same keys itself (a browser sends them as a cookie)
-            studio = self.config.studio and (scope["path"] + "/").startswith(STUDIO_PATH + "/")
+            studio = self.config.studio and ((scope["path"] + "/").startswith(STUDIO_PATH + "/")
+                                             or scope["path"] == "/favicon.ico")
             if self.config.api_keys and scope["path"] != "/health" and not studio \
                     and not _authorized(headers.get("authorization", ""), self.config.api_keys + self.config.admin_keys):
                 error = OpenAIError(401, "invalid or missing API key", code="invalid_api_key")

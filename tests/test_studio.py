@@ -368,3 +368,13 @@ def test_the_studio_ships_no_script_and_fetches_nothing(ws, client):
         assert "https://" not in html
     css = client.get("/ui/static/studio.css")
     assert css.status_code == 200 and "svg.chart" in css.text
+
+
+def test_gym_tf_ui_refuses_a_missing_workspace(tmp_path):
+    from typer.testing import CliRunner
+
+    from gym_tf.cli import app
+
+    result = CliRunner().invoke(app, ["ui", "--workspace", str(tmp_path / "none")])
+    assert result.exit_code == 1 and "no workspace" in result.output
+    assert not (tmp_path / "none").exists()  # looking does not create one

@@ -9,6 +9,6 @@ Served by `gym-tf serve` under `/ui` and alone by `gym-tf ui`. Every page has a 
     static/      the one stylesheet (no JavaScript, nothing fetched from elsewhere)
 """
 
-from gym_tf.studio.app import StudioConfig, create_studio, studio_app
+from gym_tf.studio.app import StudioConfig, create_studio, favicon, studio_app
 
-__all__ = ["StudioConfig", "create_studio", "studio_app"]
+__all__ = ["StudioConfig", "create_studio", "favicon", "studio_app"]

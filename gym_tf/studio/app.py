@@ -278,7 +278,13 @@ def create_studio(store: RunStore, config: StudioConfig | None = None) -> Starle
     return Starlette(routes=routes, exception_handlers={HTTPException: http_error})
 
 
+async def favicon(request: Request) -> Response:
+    """Browsers ask for `/favicon.ico` on every page, a JSON twin too; an error there is a console error."""
+    return Response((STATIC / "favicon.svg").read_bytes(), media_type="image/svg+xml",
+                    headers={"Cache-Control": "max-age=86400"})
+
+
 def studio_app(store: RunStore, config: StudioConfig | None = None) -> Starlette:
     """The studio alone (`gym-tf ui`): mounted at `/ui`, with `/` sending a browser there."""
     return Starlette(routes=[Route("/", lambda request: RedirectResponse("/ui/runs", status_code=307)),
-                             Mount("/ui", create_studio(store, config))])
+                             Route("/favicon.ico", favicon), Mount("/ui", create_studio(store, config))])
