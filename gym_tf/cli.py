@@ -46,6 +46,9 @@ BackendKind = Annotated[str, typer.Option(help="auto | embedded | openai | vllm 
 Concurrency = Annotated[int, typer.Option(help="requests in flight at once")]
 Timeout = Annotated[float, typer.Option(help="per-request timeout, seconds")]
 Workspace = Annotated[Optional[Path], typer.Option(envvar="GYM_TF_WORKSPACE", help="workspace folder (default ./.gym-tf)")]
+ReportTo = Annotated[str, typer.Option(help="also log params, per-step metrics, library versions and evaluation "
+                                              "tables to: none | mlflow (MLflow's client; needs gym-tf[mlflow])")]
+MlflowUri = Annotated[Optional[str], typer.Option(help="MLflow tracking store (default: $MLFLOW_TRACKING_URI, else ./mlruns)")]
 ProblemField = Annotated[Optional[str], typer.Option(help="column holding the problem")]
 AnswerField = Annotated[Optional[str], typer.Option(help="column holding the answer")]
 
@@ -73,6 +76,25 @@ def backend_config(backend: str, base_url: str | None, model: str | None, api_ke
                    concurrency: int, timeout: float) -> BackendConfig:
     return BackendConfig(backend=backend, base_url=base_url, model=model, api_key=api_key, model_file=model_file,
                          concurrency=concurrency, timeout_s=timeout)
+
+
+def check_target(report_to: str) -> str:
+    from gym_tf.errors import ConfigError
+
+    if report_to not in ("none", "mlflow"):
+        raise ConfigError(f"--report-to must be none or mlflow, not {report_to!r}")
+    return report_to
+
+
+def report_to_mlflow(report_to: str, tracking_uri: str | None, run: tuple | None = None,
+                     evaluation: tuple | None = None) -> None:
+    """`--report-to mlflow`: log what the command recorded in the workspace, and say where it went."""
+    if check_target(report_to) == "none":
+        return
+    from gym_tf.report_mlflow import report_evaluation, report_run
+
+    mlflow_id = report_run(*run, tracking_uri) if run else report_evaluation(*evaluation, tracking_uri)
+    console.print(f"logged to MLflow: run {mlflow_id}", highlight=False)
 
 
 # --- eval -------------------------------------------------------------------------------------------------------------
@@ -104,9 +126,12 @@ def eval_command(
     model_file: ModelFile = None,
     concurrency: Concurrency = 8,
     timeout: Timeout = 600.0,
+    report_to: ReportTo = "none",
+    mlflow_tracking_uri: MlflowUri = None,
     workspace: Workspace = None,
 ) -> None:
     """Mean@k, Pass@k and majority@k with 95% intervals for one library, or a paired comparison of several."""
+    check_target(report_to)
     from gym_tf.compare import compare, plot as plot_comparison
     from gym_tf.display import comparison_table
 
@@ -139,6 +164,7 @@ def eval_command(
     result.extra.update(dataset=dataset, model=result.baseline.report.model)
     recorded = store.put_evaluation({**result.to_dict(), "per_problem": result.per_problem()}, dataset,
                                     result.baseline.report.model, len(problems), samples)
+    report_to_mlflow(report_to, mlflow_tracking_uri, evaluation=(store, recorded))
     if len(arms) == 1:
         only = result.baseline.report
         only.extra["dataset"] = dataset
@@ -236,9 +262,12 @@ def optimize(
     timeout: Timeout = 600.0,
     learner_base_url: Annotated[Optional[str], typer.Option(help="a different server for the learning stages")] = None,
     learner_model: Annotated[Optional[str], typer.Option(help="the learning stages' model")] = None,
+    report_to: ReportTo = "none",
+    mlflow_tracking_uri: MlflowUri = None,
     workspace: Workspace = None,
 ) -> None:
     """Learn an experience library for the frozen model (Training-Free GRPO) and print it."""
+    check_target(report_to)
     store = RunStore(workspace)
     if resume:
         run_id, config = resume_config(store, resume, max_tokens)
@@ -286,6 +315,7 @@ def optimize(
     for note in result.progress.notes:
         console.print(note)
     console.print(f"run {result.run_id} {result.status}; library {short(result.library.id)}")
+    report_to_mlflow(report_to, mlflow_tracking_uri, run=(store, result.run_id))
     if result.library.items:
         console.print(f"compare it with no library on held-out problems: gym-tf eval --dataset HELD_OUT.jsonl "
                       f"--library none --library {short(result.library.id)} -k 4", highlight=False)
@@ -319,6 +349,8 @@ def train(
     output: Annotated[Path, typer.Option(help="checkpoints and the final adapter / model")] = Path("gym-tf-train"),
     resume: Annotated[Optional[str], typer.Option(help="continue a train run by id, with its own settings, from the "
                                                        "last checkpoint in its output folder")] = None,
+    report_to: ReportTo = "none",
+    mlflow_tracking_uri: MlflowUri = None,
     workspace: Workspace = None,
 ) -> None:
     """Gradient RL (GRPO / GSPO, optionally LoRA) on the same data and rewards as optimize (needs gym-tf[train])."""
@@ -326,6 +358,7 @@ def train(
     from gym_tf.train import TrainConfig, merge_adapter, resume_train_config
     from gym_tf.train import train as run_training
 
+    check_target(report_to)
     store = RunStore(workspace)
     if resume:
         run_id, config = resume_train_config(store, resume, max_steps)
@@ -349,6 +382,7 @@ def train(
 
         run_id, out = run_training(config, store, run_id=run_id, on_log=show)
     console.print(f"run {run_id} finished; {'adapter' if config.lora else 'model'} in {out}", highlight=False)
+    report_to_mlflow(report_to, mlflow_tracking_uri, run=(store, run_id))
     if config.lora and merge:
         console.print(f"merged model in {merge_adapter(out, Path(config.output_dir) / 'merged')}", highlight=False)
 
