@@ -378,3 +378,19 @@ def test_gym_tf_ui_refuses_a_missing_workspace(tmp_path):
     result = CliRunner().invoke(app, ["ui", "--workspace", str(tmp_path / "none")])
     assert result.exit_code == 1 and "no workspace" in result.output
     assert not (tmp_path / "none").exists()  # looking does not create one
+
+
+def test_a_live_run_refreshes_and_a_dead_one_shows_as_crashed(tmp_path):
+    store = RunStore(tmp_path / "ws", heartbeat_s=0.05)
+    live = store.new_run("optimize", {}, "m", "d", EMPTY_LIBRARY.id)
+    dead = store.new_run("optimize", {}, "m", "d", EMPTY_LIBRARY.id)
+    store.db["runs"].update(dead, {"owner": "1@another-host/x", "heartbeat": 1.0})  # its process went silent long ago
+    client = TestClient(studio_app(store))
+    statuses = {r["id"]: r["status"] for r in client.get("/ui/runs.json").json()["runs"]}
+    assert statuses == {live: "running", dead: "crashed"}
+    assert 'http-equiv="refresh"' in client.get("/ui/runs").text
+    assert 'http-equiv="refresh"' in client.get(f"/ui/runs/{live}").text
+    assert 'http-equiv="refresh"' not in client.get(f"/ui/runs/{dead}").text
+    store.finish_run(live, "budget", {})
+    assert client.get(f"/ui/runs/{live}.json").json()["run"]["status"] == "budget"
+    assert 'http-equiv="refresh"' not in client.get("/ui/runs").text

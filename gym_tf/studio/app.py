@@ -250,7 +250,12 @@ def create_studio(store: RunStore, config: StudioConfig | None = None) -> Starle
         base = request.scope.get("root_path", "")
         if request.method == "GET":
             return html(request, "login.html", {"message": "", "next": request.query_params.get("next", "")})
-        form = parse_qs((await request.body())[:4096].decode("utf-8", "replace"))
+        body = b""
+        async for chunk in request.stream():  # a login form is tiny: read no more than 4 KB of anything sent
+            body += chunk
+            if len(body) > 4096:
+                break
+        form = parse_qs(body[:4096].decode("utf-8", "replace"))
         key, target = form.get("key", [""])[0], form.get("next", [""])[0]
         if not target.startswith(f"{base}/") or target.startswith("//"):  # never redirect off the studio
             target = f"{base}/runs"

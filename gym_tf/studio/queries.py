@@ -100,12 +100,11 @@ def run(con: sqlite3.Connection, root: Path, run_id: str, page: int = 1) -> dict
     status = shown_status(root, row)
     candidates = {r["step"]: r for r in _rows(
         con, "select id, step, status, evaluation from versions where run_id = ? and step > 0", [run_id])}
-    sizes = dict(con.execute(
-        "select s.step, json_array_length(v.content, '$.items') from steps s join versions v on v.id = s.version_after "
-        "where s.run_id = ?", [run_id]))
+    step_rows = _rows(con, "select step, epoch, batch, status, version_before, version_after, tokens, stats, committed "
+                           "from steps where run_id = ? order by step", [run_id])
+    sizes = item_counts(con, [s["version_after"] for s in step_rows])
     steps = []
-    for s in _rows(con, "select step, epoch, batch, status, version_before, version_after, tokens, stats, committed "
-                        "from steps where run_id = ? order by step", [run_id]):
+    for s in step_rows:
         stats = json.loads(s["stats"] or "{}")
         candidate = candidates.get(s["step"])
         evaluation = json.loads(candidate["evaluation"] or "{}") if candidate else {}
@@ -115,7 +114,7 @@ def run(con: sqlite3.Connection, root: Path, run_id: str, page: int = 1) -> dict
             "val_mean": stats.get("val_mean"),
             "gate": ({"diff": evaluation["diff"], "low": evaluation["low"], "high": evaluation["high"],
                       "verdict": candidate["status"], "version": candidate["id"]} if "diff" in evaluation else None),
-            "library_size": sizes.get(s["step"], 0), "groups_used": stats.get("groups_used"),
+            "library_size": sizes.get(s["version_after"], 0), "groups_used": stats.get("groups_used"),
             "groups_skipped": stats.get("groups_skipped"), "ops_applied": stats.get("ops_applied"),
             "ops_rejected": stats.get("ops_rejected"), "version_after": s["version_after"],
             "tokens": sum(t.get("prompt", 0) + t.get("completion", 0) for t in json.loads(s["tokens"] or "{}").values()),
@@ -177,6 +176,21 @@ def rollout(con: sqlite3.Connection, rollout_id: int) -> dict[str, Any]:
     row = _one(con, "select rowid as id, * from rollouts where rowid = ?", [rollout_id],
                UnknownRecord(f"no rollout {rollout_id}"))
     return {**row, "messages": _loads(row["messages"]), "shown": _loads(row["shown"] or "[]")}
+
+
+_ITEM_COUNTS: dict[str, int] = {}  # version id -> items; versions are immutable, so this never goes stale
+
+
+def item_counts(con: sqlite3.Connection, version_ids: list[str]) -> dict[str, int]:
+    """How many items each version holds, parsed once per process (a run page lists a thousand of them)."""
+    missing = list({v for v in version_ids if v and v not in _ITEM_COUNTS})
+    for start in range(0, len(missing), 500):
+        chunk = missing[start:start + 500]
+        _ITEM_COUNTS.update(con.execute("select id, json_array_length(content, '$.items') from versions where id in "
+                                        f"({','.join('?' * len(chunk))})", chunk).fetchall())
+    if len(_ITEM_COUNTS) > 200_000:  # a bound, not an eviction policy: refilled on the next page
+        _ITEM_COUNTS.clear()
+    return {v: _ITEM_COUNTS.get(v, 0) for v in version_ids}
 
 
 def _loads(text: str | None) -> Any:
