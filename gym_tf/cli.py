@@ -48,6 +48,9 @@ Concurrency = Annotated[str, typer.Option(
     help="requests in flight at once per server, or `auto`: adapt to what each server sustains")]
 Timeout = Annotated[float, typer.Option(help="per-request timeout, seconds")]
 Workspace = Annotated[Optional[Path], typer.Option(envvar="GYM_TF_WORKSPACE", help="workspace folder (default ./.gym-tf)")]
+ReportTo = Annotated[str, typer.Option(help="also log params, per-step metrics, library versions and evaluation "
+                                              "tables to: none | mlflow (MLflow's client; needs gym-tf[mlflow])")]
+MlflowUri = Annotated[Optional[str], typer.Option(help="MLflow tracking store (default: $MLFLOW_TRACKING_URI, else ./mlruns)")]
 ProblemField = Annotated[Optional[str], typer.Option(help="column holding the problem")]
 AnswerField = Annotated[Optional[str], typer.Option(help="column holding the answer")]
 
@@ -87,6 +90,25 @@ def concurrency_settings(value: str) -> dict:
     return {"concurrency": int(value)}
 
 
+def check_target(report_to: str) -> str:
+    from gym_tf.errors import ConfigError
+
+    if report_to not in ("none", "mlflow"):
+        raise ConfigError(f"--report-to must be none or mlflow, not {report_to!r}")
+    return report_to
+
+
+def report_to_mlflow(report_to: str, tracking_uri: str | None, run: tuple | None = None,
+                     evaluation: tuple | None = None) -> None:
+    """`--report-to mlflow`: log what the command recorded in the workspace, and say where it went."""
+    if check_target(report_to) == "none":
+        return
+    from gym_tf.report_mlflow import report_evaluation, report_run
+
+    mlflow_id = report_run(*run, tracking_uri) if run else report_evaluation(*evaluation, tracking_uri)
+    console.print(f"logged to MLflow: run {mlflow_id}", highlight=False)
+
+
 # --- eval -------------------------------------------------------------------------------------------------------------
 
 
@@ -116,9 +138,12 @@ def eval_command(
     model_file: ModelFile = None,
     concurrency: Concurrency = "8",
     timeout: Timeout = 600.0,
+    report_to: ReportTo = "none",
+    mlflow_tracking_uri: MlflowUri = None,
     workspace: Workspace = None,
 ) -> None:
     """Mean@k, Pass@k and majority@k with 95% intervals for one library, or a paired comparison of several."""
+    check_target(report_to)
     from gym_tf.compare import compare, plot as plot_comparison
     from gym_tf.display import comparison_table
 
@@ -149,19 +174,23 @@ def eval_command(
 
     result = asyncio.run(main())
     result.extra.update(dataset=dataset, model=result.baseline.report.model)
+    recorded = store.put_evaluation({**result.to_dict(), "per_problem": result.per_problem()}, dataset,
+                                    result.baseline.report.model, len(problems), samples)
+    report_to_mlflow(report_to, mlflow_tracking_uri, evaluation=(store, recorded))
     if len(arms) == 1:
         only = result.baseline.report
         only.extra["dataset"] = dataset
         only.write(report)
         console.print(metrics_table(only.metrics, f"{only.model} | library {short(arms[0][1].id)} ({len(arms[0][1].items)} items)"))
-        console.print(f"tokens: {only.prompt_tokens} prompt + {only.completion_tokens} completion; report: {report}")
+        console.print(f"tokens: {only.prompt_tokens} prompt + {only.completion_tokens} completion; report: {report} "
+                      f"(studio: /ui/evaluations/{recorded})", highlight=False)
         return
     result.extra["reports"] = {a.name: a.report.to_dict() for a in result.arms}
     result.write(report)
     picture = plot or report.with_suffix(".png")
     plot_comparison(result, picture, f"{result.baseline.report.model}: {dataset}, {len(problems)} problems x {samples}")
     console.print(comparison_table(result))
-    console.print(f"report: {report}; plot: {picture}", highlight=False)
+    console.print(f"report: {report}; plot: {picture}; studio: /ui/evaluations/{recorded}", highlight=False)
 
 
 def learning_tokens(store: RunStore, lib: Any) -> int:
@@ -246,9 +275,12 @@ def optimize(
     learner_base_url: Annotated[Optional[list[str]], typer.Option(
         help="a different server for the learning stages; repeat for replicas")] = None,
     learner_model: Annotated[Optional[str], typer.Option(help="the learning stages' model")] = None,
+    report_to: ReportTo = "none",
+    mlflow_tracking_uri: MlflowUri = None,
     workspace: Workspace = None,
 ) -> None:
     """Learn an experience library for the frozen model (Training-Free GRPO) and print it."""
+    check_target(report_to)
     store = RunStore(workspace)
     if resume:
         run_id, config = resume_config(store, resume, max_tokens)
@@ -296,6 +328,7 @@ def optimize(
     for note in result.progress.notes:
         console.print(note)
     console.print(f"run {result.run_id} {result.status}; library {short(result.library.id)}")
+    report_to_mlflow(report_to, mlflow_tracking_uri, run=(store, result.run_id))
     if result.library.items:
         console.print(f"compare it with no library on held-out problems: gym-tf eval --dataset HELD_OUT.jsonl "
                       f"--library none --library {short(result.library.id)} -k 4", highlight=False)
@@ -329,12 +362,15 @@ def train(
     output: Annotated[Path, typer.Option(help="checkpoints and the final adapter / model")] = Path("gym-tf-train"),
     resume: Annotated[Optional[str], typer.Option(help="continue a train run by id, with its own settings, from the "
                                                        "last checkpoint in its output folder")] = None,
+    report_to: ReportTo = "none",
+    mlflow_tracking_uri: MlflowUri = None,
     workspace: Workspace = None,
 ) -> None:
     """Gradient RL (GRPO / GSPO, optionally LoRA) on the same data and rewards as optimize (needs gym-tf[train])."""
     from gym_tf.train import TrainConfig, merge_adapter, resume_train_config
     from gym_tf.train import train as run_training
 
+    check_target(report_to)
     store = RunStore(workspace)
     if resume:
         run_id, config = resume_train_config(store, resume, max_steps)
@@ -358,6 +394,7 @@ def train(
 
         run_id, out = run_training(config, store, run_id=run_id, on_log=show)
     console.print(f"run {run_id} finished; {'adapter' if config.lora else 'model'} in {out}", highlight=False)
+    report_to_mlflow(report_to, mlflow_tracking_uri, run=(store, run_id))
     if config.lora and merge:
         console.print(f"merged model in {merge_adapter(out, Path(config.output_dir) / 'merged')}", highlight=False)
 
@@ -429,6 +466,7 @@ def serve(
     model_file: ModelFile = None,
     library: Annotated[Optional[str], typer.Option(help="version id, `latest`, or a library file to serve")] = None,
     api_key: Annotated[Optional[list[str]], typer.Option(help="accepted client key (repeatable); env GYM_TF_SERVER_API_KEYS, comma-separated")] = None,
+    admin_key: AdminKey = None,
     max_library_tokens: Annotated[Optional[int], typer.Option(
         help="override the cap each version records (default: render it as its run did)")] = None,
     max_body_bytes: int = 4 * 1024 * 1024,
@@ -452,16 +490,55 @@ def serve(
             store.put_version(lib, run_id="", status="imported")
         store.promote(lib.id)
     keys = list(api_key or []) + [k for k in os.environ.get("GYM_TF_SERVER_API_KEYS", "").split(",") if k]
+    admins = admin_keys(admin_key)
     engine = None  # the embedded llama.cpp server, kept alive while serving
     if upstream:
         target = Upstream(upstream, model, upstream_api_key, timeout)
     else:
         target, engine = start_embedded(model_file)
     app_ = create_app(target, store, ServerConfig(api_keys=keys, max_body_bytes=max_body_bytes,
-                                                  max_library_tokens=max_library_tokens))
-    err.print(f"serving {target.model} from {target.base_url} on http://{host}:{port}/v1", highlight=False)
+                                                  max_library_tokens=max_library_tokens, admin_keys=admins))
+    err.print(f"serving {target.model} from {target.base_url} on http://{host}:{port}/v1; studio on "
+              f"http://{host}:{port}/ui", highlight=False)
     uvicorn.run(app_, host=host, port=port, log_level="warning")
     del engine
+
+
+AdminKey = Annotated[Optional[list[str]], typer.Option(
+    help="key that may also promote and roll back in the studio (repeatable); env GYM_TF_ADMIN_KEYS, comma-separated")]
+
+
+def admin_keys(given: list[str] | None) -> list[str]:
+    import os
+
+    return list(given or []) + [k for k in os.environ.get("GYM_TF_ADMIN_KEYS", "").split(",") if k]
+
+
+@app.command()
+@fails_cleanly
+def ui(
+    api_key: Annotated[Optional[list[str]], typer.Option(help="key that may read the pages (repeatable); env GYM_TF_SERVER_API_KEYS, comma-separated; none: open")] = None,
+    admin_key: AdminKey = None,
+    host: str = "127.0.0.1",
+    port: int = 8001,
+    workspace: Workspace = None,
+) -> None:
+    """The studio alone, on a workspace (no model needed): runs, curves, versions, provenance, evaluations, ledger.
+    Read-only unless an admin key is given."""
+    import os
+
+    import uvicorn
+
+    from gym_tf.errors import StoreError
+    from gym_tf.store import workspace_path
+    from gym_tf.studio import StudioConfig, studio_app
+
+    if not (workspace_path(workspace) / "gym-tf.db").is_file():
+        raise StoreError(f"no workspace at {workspace_path(workspace)} (run `gym-tf optimize` first, or pass --workspace)")
+    keys = list(api_key or []) + [k for k in os.environ.get("GYM_TF_SERVER_API_KEYS", "").split(",") if k]
+    app_ = studio_app(RunStore(workspace), StudioConfig(keys, admin_keys(admin_key)))
+    err.print(f"studio on http://{host}:{port}/ui", highlight=False)
+    uvicorn.run(app_, host=host, port=port, log_level="warning")
 
 
 # --- ledger, keys, publishing, anchors ------------------------------------------------------------------------------

@@ -64,6 +64,13 @@ class Comparison:
     def write(self, path: str | Path) -> None:
         Path(path).write_text(json.dumps(self.to_dict(), indent=2), encoding="utf-8")
 
+    def per_problem(self) -> dict[str, dict[str, dict[str, Any]]]:
+        """Per library, per problem: its mean reward, majority-vote score and each sample's reward."""
+        return {a.name: {pid: {"mean": mean, "majority": vote, "rewards": [r.reward for r in group]}
+                         for (pid, group), mean, vote in zip(a.report.rollouts.items(), a.report.per_problem_mean(),
+                                                             a.report.per_problem_majority())}
+                for a in self.arms}
+
 
 async def compare(backend: Backend, problems: list[Problem], reward: Callable[..., Any], samples: int,
                   sampling: Sampling, libraries: list[tuple[str, LibraryVersion, int]], seed: int = 0,

@@ -11,7 +11,8 @@
     ├── LibraryError           a library operation or version is invalid
     │   └── UnknownVersion         no library version with that id
     ├── StoreError             the run store cannot satisfy the request
-    │   └── UnknownRun             no run with that id
+    │   ├── UnknownRun             no run with that id
+    │   └── UnknownRecord          no stored rollout, learner call, item or evaluation with that id
     └── BudgetExhausted        the run's token budget is spent (a clean stop, not a failure)
 """
 
@@ -65,6 +66,10 @@ class StoreError(GymTFError):
 
 
 class UnknownRun(StoreError):
+    pass
+
+
+class UnknownRecord(StoreError):
     pass
 
 

@@ -59,6 +59,29 @@ def _process_exists(pid: int) -> bool:
     return True
 
 
+def run_is_stale(root: Path, row: dict[str, Any], now: float, heartbeat_s: float = HEARTBEAT_S) -> bool:
+    """A running run's holder stopped beating, or is a process of this machine that no longer exists (kill -9 a
+    moment ago)."""
+    last = row.get("heartbeat")
+    try:
+        path = root / "heartbeats" / row["id"]
+        if path.read_text() == row["owner"]:
+            last = max(last or 0.0, path.stat().st_mtime)
+    except OSError:
+        pass
+    if last is None or now - last > STALE_BEATS * heartbeat_s:
+        return True
+    pid, _, host = (row["owner"] or "").partition("/")[0].partition("@")
+    return host == socket.gethostname() and pid.isdigit() and not _process_exists(int(pid))
+
+
+def shown_status(root: Path, row: dict[str, Any], heartbeat_s: float = HEARTBEAT_S) -> str:
+    """A run's status as people should see it: `running` whose heartbeat stopped is `crashed`."""
+    if row["status"] == "running" and run_is_stale(root, row, time.time(), heartbeat_s):
+        return "crashed"
+    return row["status"]
+
+
 class RunStore:
     def __init__(self, workspace: str | Path | None = None, heartbeat_s: float = HEARTBEAT_S):
         self.root = workspace_path(workspace)
@@ -141,7 +164,15 @@ class RunStore:
             pk=("run_id", "step"), if_not_exists=True,
         )
         db["serving"].create({"name": str, "version_id": str, "updated": float}, pk="name", if_not_exists=True)
-        for table, cols in [("rollouts", ["run_id", "step"]), ("learner_calls", ["run_id", "step"])]:
+        db["evaluations"].create({"id": str, "created": float, "dataset": str, "model": str, "problems": int,
+                                  "samples": int, "report": str}, pk="id", if_not_exists=True)
+        # the studio's pages are a few indexed queries each (benchmarks/studio_pages.py)
+        for table, cols in [("rollouts", ["run_id", "step"]), ("learner_calls", ["run_id", "step"]),
+                            ("versions", ["run_id", "step"]), ("versions", ["parent"]), ("versions", ["created"]),
+                            ("versions", ["leaf_index"]), ("ops", ["version_id"]), ("runs", ["created"]),
+                            # token sums per run and stage read the index alone, not the rows' long prompts
+                            ("rollouts", ["run_id", "problem_id", "prompt_tokens", "completion_tokens"]),
+                            ("learner_calls", ["run_id", "stage", "prompt_tokens", "completion_tokens"])]:
             db[table].create_index(cols, if_not_exists=True)
         if "versions" in db.table_names() and db["versions"].count == 0:
             self.put_version(EMPTY_LIBRARY, run_id="", status="promoted")
@@ -210,17 +241,11 @@ class RunStore:
                                         "owner": ""})
 
     def _stale(self, row: dict[str, Any], now: float) -> bool:
-        """Its holder stopped beating, or is a process of this machine that no longer exists (kill -9 a moment ago)."""
-        last = self._last_beat(row)
-        if last is None or now - last > STALE_BEATS * self.heartbeat_s:
-            return True
-        pid, _, host = (row["owner"] or "").partition("/")[0].partition("@")
-        return host == socket.gethostname() and pid.isdigit() and not _process_exists(int(pid))
+        return run_is_stale(self.root, row, now, self.heartbeat_s)
 
     def _shown(self, row: dict[str, Any]) -> dict[str, Any]:
         """A run marked running whose heartbeat stopped is shown as crashed: its process died without a word."""
-        if row["status"] == "running" and self._stale(row, time.time()):
-            row["status"] = "crashed"
+        row["status"] = shown_status(self.root, row, self.heartbeat_s)
         return row
 
     def _beat(self, run_id: str) -> None:
@@ -242,15 +267,6 @@ class RunStore:
 
     def _heartbeat_file(self, run_id: str) -> Path:
         return self.root / "heartbeats" / run_id
-
-    def _last_beat(self, row: dict[str, Any]) -> float | None:
-        try:
-            path = self._heartbeat_file(row["id"])
-            if path.read_text() == row["owner"]:
-                return max(row["heartbeat"] or 0.0, path.stat().st_mtime)
-        except OSError:
-            pass
-        return row["heartbeat"]
 
     @contextlib.contextmanager
     def _immediate(self) -> Iterator[None]:
@@ -420,6 +436,15 @@ class RunStore:
         # Read on every served request: a plain execute, without sqlite-utils' per-query savepoint.
         row = self.db.conn.execute("select version_id from serving where name = ?", [name]).fetchone()
         return row[0] if row else None
+
+    def put_evaluation(self, report: dict[str, Any], dataset: str, model: str, problems: int, samples: int) -> str:
+        """Record an `eval` report (one library or a comparison) so the studio can show it; returns its id."""
+        evaluation_id = f"{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
+        with self.db.atomic():
+            self.db["evaluations"].insert({"id": evaluation_id, "created": time.time(), "dataset": dataset,
+                                           "model": model, "problems": problems, "samples": samples,
+                                           "report": json.dumps(report)})
+        return evaluation_id
 
     def steps(self, run_id: str) -> list[dict[str, Any]]:
         return [

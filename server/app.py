@@ -20,12 +20,14 @@ from gym_tf.errors import UnknownVersion
 from gym_tf.library import (EMPTY_LIBRARY, LibraryVersion, render_library, request_text, short, with_library,
                             with_policy)
 from gym_tf.store import RunStore
+from gym_tf.studio import StudioConfig, create_studio, favicon
 from server import proxy
 from server.errors import OpenAIError
 from server.upstream import Upstream
 
 LIBRARY_HEADER = "x-gym-tf-library"           # request: pin a version
 VERSION_HEADER = "x-gym-tf-library-version"   # response: the version that answered
+STUDIO_PATH = "/ui"
 
 
 @dataclass
@@ -34,6 +36,8 @@ class ServerConfig:
     max_body_bytes: int = 4 * 1024 * 1024
     max_library_tokens: int | None = None  # None: each version's own recorded cap, as its run rendered it
     max_n: int = 128  # OpenAI's own cap; a fan-out upstream gets at most this many requests per request
+    admin_keys: list[str] = field(default_factory=list)  # also API keys; they alone may act in the studio
+    studio: bool = True  # the studio's pages under /ui (they check the same keys themselves)
 
 
 class LibraryRegistry:
@@ -113,6 +117,9 @@ def create_app(upstream: Upstream, store: RunStore, config: ServerConfig | None 
     app.state.upstream, app.state.registry, app.state.metrics = upstream, registry, metrics
 
     app.add_middleware(Guard, config=config)
+    if config.studio:
+        app.mount(STUDIO_PATH, create_studio(store, StudioConfig(config.api_keys, config.admin_keys)))
+        app.add_route("/favicon.ico", favicon)
 
     @app.exception_handler(OpenAIError)
     async def openai_error(request: Request, exc: OpenAIError):
@@ -221,9 +228,12 @@ class Guard:
             headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]}
             length = headers.get("content-length", "")
             error = None
-            # everything but the bare liveness probe: readiness names the upstream, metrics and the schema tell a lot
-            if self.config.api_keys and scope["path"] != "/health" \
-                    and not _authorized(headers.get("authorization", ""), self.config.api_keys):
+            # everything but the bare liveness probe: readiness names the upstream, metrics and the schema tell a lot;
+            # the studio checks the same keys itself (a browser sends them as a cookie)
+            studio = self.config.studio and ((scope["path"] + "/").startswith(STUDIO_PATH + "/")
+                                             or scope["path"] == "/favicon.ico")
+            if self.config.api_keys and scope["path"] != "/health" and not studio \
+                    and not _authorized(headers.get("authorization", ""), self.config.api_keys + self.config.admin_keys):
                 error = OpenAIError(401, "invalid or missing API key", code="invalid_api_key")
             elif length.isdigit() and int(length) > self.config.max_body_bytes:
                 error = OpenAIError(413, f"request body over {self.config.max_body_bytes} bytes")
