@@ -2,6 +2,7 @@
 
 >>> problems = load_dataset("aime.jsonl")          # {"problem": ..., "answer": ...} per line
 >>> problems[0].problem, problems[0].answer
+>>> problems = open_dataset("big.jsonl")          # the same problems, read from the file when asked for
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 from gym_tf.errors import DatasetError
 
@@ -43,9 +44,83 @@ class Problem:
         return hashlib.sha256(json.dumps(content, sort_keys=True, default=str).encode()).hexdigest()
 
 
-def dataset_hash(problems: list[Problem]) -> str:
+def fingerprints(problems: Sequence[Problem]) -> list[tuple[str, str]]:
+    """(id, content hash) of every problem, in order; a lazy set has them without reading its rows again."""
+    if isinstance(problems, LazyProblems):
+        return problems.fingerprints
+    return [(p.id, p.content_hash) for p in problems]
+
+
+def dataset_hash(problems: Sequence[Problem]) -> str:
     """sha256 of a dataset's problems, ids and contents, in order (the order decides which problems share a step)."""
-    return hashlib.sha256(json.dumps([[p.id, p.content_hash] for p in problems]).encode()).hexdigest()
+    return hashlib.sha256(json.dumps([list(f) for f in fingerprints(problems)]).encode()).hexdigest()
+
+
+class LazyProblems(Sequence[Problem]):
+    """A JSONL dataset kept on disk: every row is read and checked once when it is opened (so a bad row still
+    stops the load with its line), and what stays in memory is its offset, id and content hash; a problem is
+    parsed again when asked for. Memory grows by about 150 bytes a problem, not by the size of the rows."""
+
+    def __init__(self, path: Path, settings: tuple, limit: int | None):
+        self.path = path
+        self._settings = settings  # problem_field, answer_field, id_field, require_answer
+        self._offsets: list[int] = []
+        self.fingerprints: list[tuple[str, str]] = []
+        seen: set[str] = set()
+        with path.open("rb") as lines:
+            offset, number = 0, 0
+            for raw in lines:
+                number += 1
+                if raw.strip():
+                    problem = self._parse(raw, number, len(self._offsets))
+                    if problem.id in seen:
+                        raise DatasetError(f"{path}:line {number}: duplicate id {problem.id!r}")
+                    seen.add(problem.id)
+                    self._offsets.append(offset)
+                    self.fingerprints.append((problem.id, problem.content_hash))
+                    if limit is not None and len(self._offsets) >= limit:
+                        break
+                offset += len(raw)
+        if not self._offsets:
+            raise DatasetError(f"{path}: the dataset has no rows")
+
+    def _parse(self, raw: bytes, number: int, index: int) -> Problem:
+        try:
+            row = json.loads(raw)
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            raise DatasetError(f"{self.path}:line {number}: invalid JSON ({exc})") from None
+        return _to_problem(self.path, f"line {number}", row, *self._settings, index)
+
+    def __len__(self) -> int:
+        return len(self._offsets)
+
+    def __getitem__(self, index):  # type: ignore[override]
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(len(self)))]
+        offset = self._offsets[index]
+        with self.path.open("rb") as handle:
+            handle.seek(offset)
+            raw = handle.readline()
+        problem = self._parse(raw, 0, index if index >= 0 else len(self) + index)
+        if problem.content_hash != self.fingerprints[index][1]:
+            raise DatasetError(f"{self.path}: changed while the run reads it (problem {problem.id})")
+        return problem
+
+
+def open_dataset(
+    source: str | Path,
+    problem_field: str | None = None,
+    answer_field: str | None = None,
+    id_field: str | None = None,
+    require_answer: bool = True,
+    limit: int | None = None,
+) -> Sequence[Problem]:
+    """Like `load_dataset`, but a JSONL file stays on disk and rows are read as they are needed (big datasets).
+    Other formats load whole (a `datasets` directory is memory-mapped by Arrow already)."""
+    path = bundled_path(str(source)) if str(source) in BUNDLED else Path(source)
+    if path.suffix in (".jsonl", ".json") and path.is_file():
+        return LazyProblems(path, (problem_field, answer_field, id_field, require_answer), limit)
+    return load_dataset(source, problem_field, answer_field, id_field, require_answer, limit)
 
 
 def bundled_path(name: str) -> Path:

@@ -11,11 +11,11 @@ from __future__ import annotations
 import asyncio
 import random
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 from gym_tf.backends import Backend
 from gym_tf.config import OptimizeConfig
-from gym_tf.datasets import Problem, load_dataset
+from gym_tf.datasets import Problem, load_dataset, open_dataset
 from gym_tf.errors import BudgetExhausted
 from gym_tf.evaluate import evaluate
 from gym_tf.learner import JudgeCalls, LearnerCalls, StageReply, consolidate_prompt, group_prompt, summarize_prompt
@@ -67,7 +67,7 @@ class Optimizer:
         self.on_progress = on_progress or (lambda p: None)
         self.progress = Progress()
         self.val_baseline: float | None = None  # validation mean of the starting library, when gated
-        self.problems = load_dataset(config.dataset, config.problem_field, config.answer_field,
+        self.problems = open_dataset(config.dataset, config.problem_field, config.answer_field,
                                      require_answer=config.reward not in ANSWER_FREE, limit=config.limit)
         self.val_problems = (
             load_dataset(config.val_dataset, config.problem_field, config.answer_field,
@@ -228,11 +228,13 @@ class Optimizer:
                 "tokens": self.store.usage(self.run_id), "groups_used": self.progress.groups_used,
                 "groups_skipped": self.progress.groups_skipped}
 
-    def _batches(self, epoch: int) -> list[list[Problem]]:
-        order = list(self.problems)
+    def _batches(self, epoch: int) -> Iterator[list[Problem]]:
+        """This epoch's batches in a seeded order, each read from the dataset when its step comes."""
+        order = list(range(len(self.problems)))
         random.Random(f"{self.config.seed}:{epoch}").shuffle(order)
         size = self.config.batch_size
-        return [order[i : i + size] for i in range(0, len(order), size)]
+        for start in range(0, len(order), size):
+            yield [self.problems[i] for i in order[start : start + size]]
 
     async def _rollouts(self, epoch: int, step: int, batch: list[Problem], library: LibraryVersion) -> dict[str, list[Rollout]]:
         """Reuse every group already stored for this step (a resumed run), sample the rest."""

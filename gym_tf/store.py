@@ -20,12 +20,12 @@ import threading
 import time
 import uuid
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Iterator, Sequence
 
 from pydantic import BaseModel
 from sqlite_utils import Database
 
-from gym_tf.datasets import Problem, dataset_hash
+from gym_tf.datasets import Problem, dataset_hash, fingerprints
 from gym_tf.errors import ConfigError, StoreError, UnknownRun, UnknownVersion
 from gym_tf.library import EMPTY_LIBRARY, LibraryVersion, OpVerdict
 from gym_tf.rollouts import Rollout
@@ -286,7 +286,7 @@ class RunStore:
 
     # --- the dataset a run was started on -----------------------------------------------------------------------
 
-    def check_dataset(self, run_id: str, problems: list[Problem], split: str = "train") -> None:
+    def check_dataset(self, run_id: str, problems: Sequence[Problem], split: str = "train") -> None:
         """Record the content of a run's problems on the first call; on every later one (a resume), raise
         ConfigError if they changed. Stored rollouts and learner replies are keyed by problem id, and ids default
         to row numbers: a row deleted before `--resume` would pair them with the wrong problems.
@@ -299,12 +299,12 @@ class RunStore:
             rows = list(self.db["run_datasets"].rows_where("run_id = ? and split = ?", [run_id, split]))
             if not rows:  # a new run, or one started before datasets were recorded: its content from now on
                 self.db["run_datasets"].insert({"run_id": run_id, "split": split, "hash": digest, "problems":
-                                                json.dumps([[p.id, p.content_hash] for p in problems])})
+                                                json.dumps([list(f) for f in fingerprints(problems)])})
                 return
         if rows[0]["hash"] == digest:
             return
         before = dict(json.loads(rows[0]["problems"]))
-        now = {p.id: p.content_hash for p in problems}
+        now = dict(fingerprints(problems))
         differences = [
             f"{len(ids)} {what} ({', '.join(ids[:5])}{', ...' if len(ids) > 5 else ''})"
             for what, ids in [("problems changed", [i for i in before if i in now and now[i] != before[i]]),

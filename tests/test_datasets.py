@@ -97,3 +97,37 @@ def test_content_hash_covers_every_column_and_the_dataset_hash_the_order(tmp_pat
         path.write_text(json.dumps(row) + "\n")
         assert load_dataset(path)[0].content_hash != first.content_hash, row
     assert dataset_hash([first, second]) == dataset_hash(again) != dataset_hash([second, first])
+
+
+# --- big datasets: read on demand ---------------------------------------------------------------------------------
+
+
+def test_open_dataset_reads_the_same_problems_as_load_dataset(tmp_path):
+    from gym_tf.datasets import LazyProblems, dataset_hash, open_dataset
+
+    path = tmp_path / "big.jsonl"
+    rows = [{"problem": f"What is {i} + {i}?", "answer": str(2 * i), "level": i % 3} for i in range(200)]
+    path.write_text("\n".join(json.dumps(r) for r in rows[:100]) + "\n\n" + "\n".join(json.dumps(r) for r in rows[100:]))
+    lazy, whole = open_dataset(path), load_dataset(path)
+    assert isinstance(lazy, LazyProblems) and len(lazy) == len(whole) == 200
+    assert [lazy[i] for i in range(200)] == whole and lazy[-1] == whole[-1] and lazy[5:8] == whole[5:8]
+    assert [lazy[i].row for i in (0, 150)] == [whole[i].row for i in (0, 150)]
+    assert dataset_hash(lazy) == dataset_hash(whole)
+    assert len(open_dataset(path, limit=7)) == 7
+
+
+def test_open_dataset_names_the_bad_line_and_notices_a_changed_file(tmp_path):
+    from gym_tf.datasets import open_dataset
+
+    path = tmp_path / "bad.jsonl"
+    path.write_text('{"problem": "a?", "answer": "1"}\n{"problem": "b?", "answer": "2"}\n{oops\n')
+    with pytest.raises(DatasetError, match=r"bad.jsonl:line 3: invalid JSON"):
+        open_dataset(path)
+    path.write_text('{"id": "x", "problem": "a?", "answer": "1"}\n{"id": "x", "problem": "b?", "answer": "2"}\n')
+    with pytest.raises(DatasetError, match=r"line 2: duplicate id 'x'"):
+        open_dataset(path)
+    path.write_text('{"problem": "a?", "answer": "1"}\n{"problem": "b?", "answer": "2"}\n')
+    problems = open_dataset(path)
+    path.write_text('{"problem": "a?", "answer": "9"}\n{"problem": "b?", "answer": "2"}\n')
+    with pytest.raises(DatasetError, match="changed while the run reads it"):
+        problems[0]
