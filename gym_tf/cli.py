@@ -473,6 +473,14 @@ def serve(
     timeout: Timeout = 600.0,
     host: str = "127.0.0.1",
     port: int = 8000,
+    follow: Annotated[Optional[str], typer.Option(
+        help="be a replica: serve what the `gym-tf serve` at this URL (.../v1) serves, fetched from IPFS and "
+             "verified (needs --signer)")] = None,
+    follow_key: Annotated[Optional[str], typer.Option(envvar="GYM_TF_FOLLOW_KEY", help="API key for --follow")] = None,
+    follow_interval: Annotated[float, typer.Option(help="seconds between looks at the primary")] = 5.0,
+    signer: Annotated[Optional[str], typer.Option(help="with --follow: the address that must have signed")] = None,
+    gateway: Annotated[Optional[str], typer.Option(help="with --follow: read-only IPFS gateway URL")] = None,
+    ipfs_api: IpfsApi = None,
     workspace: Workspace = None,
 ) -> None:
     """A drop-in OpenAI-compatible endpoint that puts the learned library into every prompt."""
@@ -496,8 +504,17 @@ def serve(
         target = Upstream(upstream, model, upstream_api_key, timeout)
     else:
         target, engine = start_embedded(model_file)
+    follower = None
+    if follow:
+        from server.follow import Follower
+
+        if not signer:
+            raise ConfigError("--follow needs --signer: a replica serves only what the expected key signed")
+        follower = Follower(store, follow, ipfs_transport(store, ipfs_api, None, gateway), signer, follow_key,
+                            follow_interval)
     app_ = create_app(target, store, ServerConfig(api_keys=keys, max_body_bytes=max_body_bytes,
-                                                  max_library_tokens=max_library_tokens, admin_keys=admins))
+                                                  max_library_tokens=max_library_tokens, admin_keys=admins),
+                      follower)
     err.print(f"serving {target.model} from {target.base_url} on http://{host}:{port}/v1; studio on "
               f"http://{host}:{port}/ui", highlight=False)
     uvicorn.run(app_, host=host, port=port, log_level="warning")

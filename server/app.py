@@ -9,7 +9,7 @@ import json
 import re
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
@@ -24,6 +24,9 @@ from gym_tf.studio import StudioConfig, create_studio, favicon
 from server import proxy
 from server.errors import OpenAIError
 from server.upstream import Upstream
+
+if TYPE_CHECKING:
+    from server.follow import Follower
 
 LIBRARY_HEADER = "x-gym-tf-library"           # request: pin a version
 VERSION_HEADER = "x-gym-tf-library-version"   # response: the version that answered
@@ -102,13 +105,20 @@ def split_model(model: str | None) -> str | None:
     return None
 
 
-def create_app(upstream: Upstream, store: RunStore, config: ServerConfig | None = None) -> FastAPI:
+def create_app(upstream: Upstream, store: RunStore, config: ServerConfig | None = None,
+               follower: Follower | None = None) -> FastAPI:
+    """The proxy. With a `follower`, this server is a replica serving what its primary serves (server/follow.py)."""
     config = config or ServerConfig()
+
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI):
         with contextlib.suppress(OpenAIError):
             await upstream.model_name()  # a dead upstream is not fatal: readiness says so, the next request asks again
+        following = asyncio.create_task(follower.run()) if follower else None
         yield
+        if following:
+            following.cancel()
+            await follower.aclose()
         await upstream.aclose()
 
     app = FastAPI(title="gym-tf", docs_url=None, redoc_url=None, lifespan=lifespan)
@@ -150,6 +160,15 @@ def create_app(upstream: Upstream, store: RunStore, config: ServerConfig | None 
         body = {"status": "ready" if not problems else "not ready", "problems": problems,
                 "library": version.id if version else None, "model": upstream.model}
         return JSONResponse(body, status_code=200 if not problems else 503)
+
+    @app.get("/v1/library")
+    async def served_library():
+        """What this server answers with, and where its signed manifest is: what replicas follow."""
+        version = registry.resolve(None)
+        published = store.db.conn.execute(
+            "select manifest from publications where version_id = ? and direction = 'out' order by created desc "
+            "limit 1", [version.id]).fetchone()
+        return {"version": version.id, "manifest": published[0] if published else None}
 
     @app.get("/metrics")
     async def prometheus():
