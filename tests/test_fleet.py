@@ -101,16 +101,28 @@ async def test_every_replica_down_fails_with_the_last_error():
         await backend.generate([{"role": "user", "content": "x"}], n=2)
 
 
-async def test_adaptive_limit_grows_to_fill_the_batch_and_halves_on_overload():
+def test_adaptive_limit_settles_just_above_a_batch_engines_capacity():
+    """The rule on an ideal engine: time per token is flat up to 16 in flight, then grows with the queue."""
+    limit = ConcurrencyLimit(1, adaptive=True)
+    history = []
+    for _ in range(60):
+        in_flight = int(limit.limit)
+        for _ in range(max(4, in_flight)):
+            limit.observe(0.01 * max(1.0, in_flight / 16), 1)
+        history.append(limit.limit)
+    assert history[4] >= 16  # doubling from 1 reaches the batch within a few windows
+    assert all(16 <= h <= 26 for h in history[-20:]), history[-20:]  # full, with a short queue
+    before = limit.limit
+    limit.overloaded()
+    assert limit.limit == pytest.approx(before / 2) and not limit.slow_start
+
+
+async def test_adaptive_limit_fills_a_simulated_engine():
     engine = SimulatedEngine("one", batch=16, token_s=0.01, tokens=16)
     backend = fleet([engine], concurrency=1, adaptive=True)
     await roll(backend, 300, group=1)
-    limit = backend.replicas[0].backend.slots.limit
-    assert 12 <= limit <= 40, limit  # grew from 1 to about the batch; queueing kept it from running away
-    assert engine.peak == 16  # the engine was full at some point
-    before = limit
-    backend.replicas[0].backend.slots.overloaded()
-    assert backend.replicas[0].backend.slots.limit == pytest.approx(before / 2)
+    assert engine.peak == 16  # from a limit of 1, the engine was filled
+    assert backend.replicas[0].backend.slots.limit >= 8  # timing noise on a busy machine may shrink it some
 
 
 def test_fixed_limit_never_moves():
