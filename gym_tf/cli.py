@@ -460,7 +460,8 @@ def library_promote(version: str, workspace: Workspace = None) -> None:
 @app.command()
 @fails_cleanly
 def serve(
-    upstream: Annotated[Optional[str], typer.Option(help="OpenAI-compatible upstream (.../v1); none: the embedded model")] = None,
+    upstream: Annotated[Optional[list[str]], typer.Option(
+        help="OpenAI-compatible upstream (.../v1); repeat for replicas of one model; none: the embedded model")] = None,
     model: Annotated[Optional[str], typer.Option(help="the upstream's model name (default: the first it serves)")] = None,
     upstream_api_key: Annotated[Optional[str], typer.Option(envvar="GYM_TF_UPSTREAM_API_KEY", help="key for the upstream")] = None,
     model_file: ModelFile = None,
@@ -489,7 +490,7 @@ def serve(
     import uvicorn
 
     from server import ServerConfig, create_app
-    from server.upstream import Upstream, start_embedded
+    from server.upstream import Upstream, UpstreamPool, start_embedded
 
     store = RunStore(workspace)
     if library:
@@ -501,7 +502,8 @@ def serve(
     admins = admin_keys(admin_key)
     engine = None  # the embedded llama.cpp server, kept alive while serving
     if upstream:
-        target = Upstream(upstream, model, upstream_api_key, timeout)
+        members = [Upstream(url, model, upstream_api_key, timeout) for url in upstream]
+        target = members[0] if len(members) == 1 else UpstreamPool(members)
     else:
         target, engine = start_embedded(model_file)
     follower = None

@@ -110,6 +110,113 @@ class Upstream:
             await self._session.close()
 
 
+
+class UpstreamPool:
+    """Several replicas of one model behind one `Upstream` interface: each request goes to the healthy replica with
+    the fewest requests out; a replica that cannot be reached, times out or answers 5xx is left for `cooldown_s`
+    and the request tries the next one. A stream moves only before its first byte: once the client has part of
+    an answer, a failure ends that stream with an error event, as with one upstream."""
+
+    def __init__(self, members: list[Upstream], cooldown_s: float = 5.0):
+        self.members = members
+        self.cooldown_s = cooldown_s
+        self.outstanding = {id(m): 0 for m in members}
+        self.down_until = {id(m): 0.0 for m in members}
+        self.turn = 0  # ties go round the replicas
+        self.fan_out = members[0].fan_out
+        self.supports_n: bool | None = members[0].supports_n  # one model, one server kind: learned once for all
+
+    @property
+    def base_url(self) -> str:
+        return " ".join(m.base_url for m in self.members)
+
+    @property
+    def model(self) -> str:
+        return next((m.model for m in self.members if m.model), "")
+
+    async def model_name(self) -> str:
+        if self.model:
+            return self.model
+        last: OpenAIError | None = None
+        for member in self._order():
+            try:
+                name = await member.model_name()
+            except OpenAIError as exc:
+                last = exc
+                self._down(member)
+                continue
+            for other in self.members:
+                other.model = other.model or name
+            return name
+        raise last or OpenAIError(502, "no upstream")
+
+    async def models(self) -> list[str]:
+        last: Exception | None = None
+        for member in self._order():
+            try:
+                return await member.models()
+            except (aiohttp.ClientError, asyncio.TimeoutError, ValueError) as exc:
+                last = exc
+                self._down(member)
+        raise last or aiohttp.ClientError("no upstream")
+
+    async def post(self, path: str, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+        last: OpenAIError | None = None
+        for member in self._order():
+            self.outstanding[id(member)] += 1
+            try:
+                status, payload = await member.post(path, body)
+            except OpenAIError as exc:  # unreachable or timed out
+                last = exc
+                self._down(member)
+                continue
+            finally:
+                self.outstanding[id(member)] -= 1
+            if status >= 500:
+                self._down(member)
+                last = OpenAIError(status, f"upstream {member.base_url} answered {status}")
+                continue
+            return status, payload
+        assert last is not None
+        raise last
+
+    async def stream(self, path: str, body: dict[str, Any], raw: bool = False) -> AsyncIterator[dict[str, Any] | str | bytes]:
+        order = self._order()
+        for attempt, member in enumerate(order):
+            self.outstanding[id(member)] += 1
+            try:
+                started = False
+                async for item in member.stream(path, body, raw):
+                    failed = isinstance(item, dict) and item.get("__status__", 0) >= 500
+                    if not started and failed and attempt + 1 < len(order):
+                        self._down(member)
+                        break  # nothing sent yet: the next replica
+                    started = True
+                    yield item
+                else:
+                    return
+                if started:
+                    return
+            finally:
+                self.outstanding[id(member)] -= 1
+
+    def _order(self) -> list[Upstream]:
+        """Healthy replicas by fewest requests out, then the ones cooling down, soonest back first."""
+        now = asyncio.get_running_loop().time()
+        self.turn += 1
+        count = len(self.members)
+        up = sorted((m for m in self.members if self.down_until[id(m)] <= now),
+                    key=lambda m: (self.outstanding[id(m)], (self.members.index(m) - self.turn) % count))
+        down = sorted((m for m in self.members if self.down_until[id(m)] > now), key=lambda m: self.down_until[id(m)])
+        return up + down
+
+    def _down(self, member: Upstream) -> None:
+        self.down_until[id(member)] = asyncio.get_running_loop().time() + self.cooldown_s
+
+    async def aclose(self) -> None:
+        await asyncio.gather(*(m.aclose() for m in self.members))
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

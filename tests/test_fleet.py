@@ -179,3 +179,37 @@ async def test_make_backend_builds_a_fleet_from_replicas():
         await make_backend(config)  # both down: the fleet's check fails like a single server's would
     with pytest.raises(ValueError, match="replicas need base_url"):
         BackendConfig(replicas=("http://x/v1",))
+
+
+def test_serve_over_two_upstreams_keeps_answering_when_one_dies(tmp_path):
+    """`gym-tf serve --upstream A --upstream B` as a pool: kill A, and plain and streamed requests still succeed."""
+    import openai
+
+    from gym_tf.store import RunStore
+    from server import ServerConfig, create_app
+    from server.upstream import Upstream, UpstreamPool
+    from test_server import Running, received, start_fake
+
+    a, url_a, record_a = start_fake(tmp_path)
+    b, url_b, record_b = start_fake(tmp_path)
+    pool = UpstreamPool([Upstream(url_a), Upstream(url_b)], cooldown_s=30)
+    running = Running(create_app(pool, RunStore(tmp_path / "ws"), ServerConfig()))
+    client = openai.OpenAI(base_url=running.url, api_key="x", max_retries=0)
+    ask = [{"role": "user", "content": "hi"}]
+    try:
+        for _ in range(4):
+            client.chat.completions.create(model="m", messages=ask)
+        assert received(record_a) and received(record_b)  # both took a share
+        a.kill()
+        a.wait()
+        before = len(received(record_b))
+        for _ in range(3):
+            assert client.chat.completions.create(model="m", messages=ask).choices[0].message.content
+        chunks = list(client.chat.completions.create(model="m", messages=ask, stream=True))
+        assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == "Hello from the fake upstream."
+        assert len(received(record_b)) == before + 4
+    finally:
+        running.stop()
+        for p in (a, b):
+            p.kill()
+            p.wait()

@@ -49,6 +49,7 @@ class FleetBackend:
         if not replicas:
             raise ValueError("a fleet needs at least one replica")
         self.replicas = [Replica(r) for r in replicas]
+        self.turn = 0  # ties go round the replicas
         self.cooldown_s = cooldown_s
         self.max_rounds = max_rounds
         self.retry_wait_s = retry_wait_s
@@ -102,7 +103,11 @@ class FleetBackend:
         fresh = [r for r in self.replicas if id(r) not in tried]
         up = [r for r in fresh if r.down_until <= now]
         # All down: probe the one whose cooldown ends first rather than fail while a replica may be back.
-        return min(up, key=Replica.load) if up else min(fresh, key=lambda r: r.down_until)
+        if not up:
+            return min(fresh, key=lambda r: r.down_until)
+        self.turn += 1
+        count = len(self.replicas)
+        return min(up, key=lambda r: (r.load(), (self.replicas.index(r) - self.turn) % count))
 
     def _mark_down(self, replica: Replica) -> None:
         replica.failures += 1
