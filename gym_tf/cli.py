@@ -423,6 +423,14 @@ def serve(
     timeout: Timeout = 600.0,
     host: str = "127.0.0.1",
     port: int = 8000,
+    record: Annotated[bool, typer.Option(help="keep each request, answer and its feedback in the workspace, to "
+                                              "learn from (`optimize --from-traffic`)")] = False,
+    record_max_days: Annotated[float, typer.Option(help="delete recorded exchanges older than this")] = 30.0,
+    record_max_rows: Annotated[int, typer.Option(help="keep at most this many recorded exchanges (newest)")] = 1_000_000,
+    redact: Annotated[Optional[str], typer.Option(help="`module:function` applied to each exchange before it is "
+                                                       "stored; returns it changed, or None to keep nothing")] = None,
+    tenants: Annotated[Optional[Path], typer.Option(help="TOML file of tenants and their keys: each its own "
+                                                         "library, traffic and feedback")] = None,
     workspace: Workspace = None,
 ) -> None:
     """A drop-in OpenAI-compatible endpoint that puts the learned library into every prompt."""
@@ -430,24 +438,31 @@ def serve(
 
     import uvicorn
 
+    from gym_tf.tenants import load_tenants
     from server import ServerConfig, create_app
+    from server.recording import Recorder, RecordSettings
     from server.upstream import Upstream, start_embedded
 
     store = RunStore(workspace)
+    owners = load_tenants(tenants) if tenants else {}
+    recorder = Recorder(store.root, RecordSettings(record_max_days, record_max_rows, redact)) if record else None
     if library:
         lib = resolve_library(store, library)
         if Path(library).is_file():
             store.put_version(lib, run_id="", status="imported")
         store.promote(lib.id)
     keys = list(api_key or []) + [k for k in os.environ.get("GYM_TF_SERVER_API_KEYS", "").split(",") if k]
+    keys += [k for k in owners if k not in keys]
     engine = None  # the embedded llama.cpp server, kept alive while serving
     if upstream:
         target = Upstream(upstream, model, upstream_api_key, timeout)
     else:
         target, engine = start_embedded(model_file)
     app_ = create_app(target, store, ServerConfig(api_keys=keys, max_body_bytes=max_body_bytes,
-                                                  max_library_tokens=max_library_tokens))
-    err.print(f"serving {target.model} from {target.base_url} on http://{host}:{port}/v1", highlight=False)
+                                                  max_library_tokens=max_library_tokens, tenants=owners), recorder)
+    err.print(f"serving {target.model} from {target.base_url} on http://{host}:{port}/v1"
+              f"{'; recording to ' + str(store.root) if record else ''}"
+              f"{'; tenants ' + ', '.join(sorted(set(owners.values()))) if owners else ''}", highlight=False)
     uvicorn.run(app_, host=host, port=port, log_level="warning")
     del engine
 

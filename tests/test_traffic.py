@@ -1,0 +1,176 @@
+"""Recording and feedback (issue #14) end to end: the official openai client against the real app, a fake upstream
+in its own process, and the recorded rows read back from the real SQLite file."""
+
+import json
+import time
+
+import httpx
+import openai
+import pytest
+
+from gym_tf.library import EMPTY_LIBRARY, AddOp, apply_ops
+from gym_tf.store import RunStore
+from gym_tf.traffic import TrafficLog
+from server import ServerConfig, create_app
+from server.recording import KILL_FILE, Recorder, RecordSettings
+from server.upstream import Upstream
+from test_server import Running, start_fake
+
+HI = [{"role": "user", "content": "What is 6 times 7?"}]
+TENANTS = {"k-acme": "acme", "k-globex": "globex"}
+
+
+def rows(workspace, expected, tenant=None, timeout=10.0):
+    """The recorded exchanges once `expected` are there (the writer thread works off the request path)."""
+    log = TrafficLog(workspace)
+    deadline = time.time() + timeout
+    while True:
+        found = [r for t in ([tenant] if tenant else ["default", "acme", "globex"]) for r in log.exchanges(t)]
+        if len(found) >= expected or time.time() > deadline:
+            log.close()
+            return found
+        time.sleep(0.05)
+
+
+@pytest.fixture
+def served(tmp_path):
+    store = RunStore(tmp_path / "ws")
+    v1, _ = apply_ops(EMPTY_LIBRARY, [AddOp(op="add", text="Check units before answering.")], step=1)
+    store.put_version(v1, run_id="r", status="promoted")
+    store.promote(v1.id)
+    process, url, record = start_fake(tmp_path)
+    recorder = Recorder(store.root, RecordSettings())
+    config = ServerConfig(api_keys=["k-default", *TENANTS], tenants=TENANTS)
+    running = Running(create_app(Upstream(url), store, config, recorder))
+    clients = {name: openai.OpenAI(base_url=running.url, api_key=key, max_retries=0)
+               for name, key in [("default", "k-default"), ("acme", "k-acme"), ("globex", "k-globex")]}
+    yield clients, store, v1, running, recorder
+    running.stop()
+    process.kill()
+    process.wait()
+
+
+def feedback(client, **body):
+    return client.post("/feedback", body=body, cast_to=httpx.Response).json()
+
+
+def test_every_kind_of_response_is_recorded_with_the_id_the_client_saw(served):
+    clients, store, v1, *_ = served
+    client = clients["default"]
+    plain = client.chat.completions.create(model="m", messages=HI)
+    two = client.chat.completions.create(model="m", messages=HI, n=2)
+    chunks = list(client.chat.completions.create(model="m", messages=HI, stream=True,
+                                                 stream_options={"include_usage": True}))
+    bare = list(client.chat.completions.create(model="m", messages=HI, stream=True))
+    done = client.completions.create(model="m", prompt="2+2=")
+    recorded = {r["response_id"]: r for r in rows(store.root, 5, "default")}
+    assert set(recorded) == {plain.id, two.id, chunks[0].id, bare[0].id, done.id}
+    first = recorded[plain.id]
+    assert first["request"]["messages"] == HI  # as the client sent it: the library is not in it
+    assert first["library_version"] == v1.id and first["model"] == "fake-model"
+    assert first["answers"] == ["Hello from the fake upstream."] and first["finish_reasons"] == ["stop"]
+    assert first["usage"]["completion_tokens"] == 6 and first["latency_s"] > 0
+    assert recorded[two.id]["answers"] == ["Hello from the fake upstream."] * 2
+    streamed = recorded[chunks[0].id]
+    assert streamed["answers"] == ["Hello from the fake upstream."] and streamed["usage"]["completion_tokens"] == 6
+    assert recorded[bare[0].id]["answers"] == ["Hello from the fake upstream."] and recorded[bare[0].id]["usage"] is None
+    assert recorded[done.id]["request"]["prompt"] == "2+2=" and recorded[done.id]["answers"] == [" done"]
+
+
+def test_feedback_right_after_a_stream_is_idempotent_per_key_and_404_for_unknown_ids(served):
+    clients, store, *_ = served
+    client = clients["default"]
+    chunks = list(client.chat.completions.create(model="m", messages=HI, stream=True))
+    answer = feedback(client, response_id=chunks[0].id, score="up")  # the moment the stream ended
+    assert answer["replaced"] is False and answer["score"] == 1.0
+    again = feedback(client, response_id=chunks[0].id, score="down", correction="42")
+    assert again["replaced"] is True
+    other_key = openai.OpenAI(base_url=str(client.base_url), api_key="k-default", max_retries=0)
+    assert feedback(other_key, response_id=chunks[0].id, comment="fine")["replaced"] is True  # same key: same row
+    [row] = rows(store.root, 1, "default")
+    assert [(f["score"], f["correction"], f["comment"]) for f in row["feedback"]] == [(None, None, "fine")]
+    with pytest.raises(openai.NotFoundError) as caught:
+        feedback(client, response_id="chatcmpl-nobody", score="up")
+    assert caught.value.body["code"] == "response_not_found" and caught.value.body["param"] == "response_id"
+
+
+def test_a_tenant_never_sees_another_tenants_responses(served):
+    clients, store, *_ = served
+    acme = clients["acme"].chat.completions.create(model="m", messages=HI)
+    for other in ("globex", "default"):
+        with pytest.raises(openai.NotFoundError):
+            feedback(clients[other], response_id=acme.id, score="up")
+    assert feedback(clients["acme"], response_id=acme.id, score=0.75)["score"] == 0.75
+    assert [r["response_id"] for r in rows(store.root, 1, "acme")] == [acme.id]
+    assert rows(store.root, 0, "globex", timeout=0.2) == [] and rows(store.root, 0, "default", timeout=0.2) == []
+
+
+@pytest.mark.parametrize("body", [
+    {}, {"response_id": "x"}, {"response_id": "x", "score": 2}, {"response_id": "x", "score": "meh"},
+    {"response_id": "x", "score": float("nan")}, {"response_id": 5, "score": "up"}, {"response_id": "", "score": "up"},
+    {"response_id": "x", "score": "up", "extra": 1}, {"response_id": "x" * 300, "score": "up"},
+    {"response_id": "x", "correction": ""}, {"response_id": "x", "comment": ["a"]}, {"response_id": None},
+])
+def test_hostile_feedback_bodies_get_a_400_in_openai_shape(served, body):
+    clients, _, _, running, _ = served
+    reply = httpx.post(f"{running.url}/feedback", content=json.dumps(body), headers={"Authorization": "Bearer k-default"})
+    assert reply.status_code == 400 and reply.json()["error"]["type"] == "invalid_request_error", reply.text
+
+
+def test_hostile_feedback_transport(served):
+    *_, running, _ = served
+    auth = {"Authorization": "Bearer k-default"}
+    assert httpx.post(f"{running.url}/feedback", json={"response_id": "x", "score": "up"}).status_code == 401
+    for raw in (b"[1]", b"{nope", b'"up"', b"[" * 5000, b""):
+        reply = httpx.post(f"{running.url}/feedback", content=raw, headers=auth)
+        assert reply.status_code == 400 and "error" in reply.json(), raw[:10]
+    big = httpx.post(f"{running.url}/feedback", json={"response_id": "x", "comment": "y" * 200_000}, headers=auth)
+    assert big.status_code == 413
+    assert httpx.get(f"{running.url}/feedback", headers=auth).status_code == 405
+
+
+def test_kill_switch_stops_and_resumes_recording(served):
+    clients, store, *_ = served
+    client = clients["default"]
+    (store.root / KILL_FILE).touch()
+    time.sleep(1.1)  # the server looks at the file at most once a second
+    unrecorded = client.chat.completions.create(model="m", messages=HI)
+    (store.root / KILL_FILE).unlink()
+    time.sleep(1.1)
+    recorded = client.chat.completions.create(model="m", messages=HI)
+    assert [r["response_id"] for r in rows(store.root, 1, "default")] == [recorded.id]
+    with pytest.raises(openai.NotFoundError):
+        feedback(client, response_id=unrecorded.id, score="up")
+
+
+def test_redaction_runs_before_storage_and_a_failing_hook_keeps_nothing(tmp_path):
+    store = RunStore(tmp_path / "ws")
+    process, url, _ = start_fake(tmp_path)
+    try:
+        for hook, expected in [("redactors:mask_digits", 1), ("redactors:drop_secrets", 1), ("redactors:broken", 0)]:
+            workspace = tmp_path / hook.replace(":", "-")
+            running = Running(create_app(Upstream(url), RunStore(workspace), None,
+                                         Recorder(workspace, RecordSettings(redact=hook))))
+            client = openai.OpenAI(base_url=running.url, api_key="x", max_retries=0)
+            client.chat.completions.create(model="m", messages=HI)
+            client.chat.completions.create(model="m", messages=[{"role": "user", "content": "my secret is 1234"}])
+            found = rows(workspace, 2, "default", timeout=2)
+            running.stop()
+            assert len(found) == expected + (hook == "redactors:mask_digits"), hook
+            stored = b"".join(p.read_bytes() for p in workspace.glob("gym-tf.db*"))  # the file and its WAL
+            assert b"1234" not in stored, hook  # nowhere in the file, not even in a freed page
+            if hook == "redactors:mask_digits":
+                assert found[0]["request"]["messages"][0]["content"] == "What is # times #?"
+    finally:
+        process.kill()
+
+
+def test_retention_by_rows_and_by_age(tmp_path):
+    log = TrafficLog(tmp_path)
+    now = time.time()
+    log.add([{"response_id": f"r{i}", "tenant": "default", "created": now - (10 - i) * 86400, "route": "/chat/completions",
+              "request": json.dumps({"messages": HI}), "answers": "[]"} for i in range(10)])
+    assert log.prune(max_days=None, max_rows=6) == 4
+    assert [r["response_id"] for r in log.exchanges("default")] == [f"r{i}" for i in range(4, 10)]
+    assert log.prune(max_days=2.5, max_rows=None, now=now) == 4
+    assert [r["response_id"] for r in log.exchanges("default")] == ["r8", "r9"]
