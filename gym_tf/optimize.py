@@ -24,6 +24,7 @@ from gym_tf.metrics import paired_difference
 from gym_tf.rollouts import Rollout, rollout_many
 from gym_tf.store import RunStore, config_hash, rollout_key
 from rewards import ANSWER_FREE, load_reward
+from rewards.feedback import FeedbackReward
 
 
 @dataclass
@@ -67,8 +68,10 @@ class Optimizer:
         self.on_progress = on_progress or (lambda p: None)
         self.progress = Progress()
         self.val_baseline: float | None = None  # validation mean of the starting library, when gated
+        # recorded traffic has answers only where users gave feedback: the feedback reward handles the rest
         self.problems = load_dataset(config.dataset, config.problem_field, config.answer_field,
-                                     require_answer=config.reward not in ANSWER_FREE, limit=config.limit)
+                                     require_answer=config.reward not in ANSWER_FREE and config.traffic is None,
+                                     limit=config.limit)
         self.val_problems = (
             load_dataset(config.val_dataset, config.problem_field, config.answer_field,
                          require_answer=config.reward not in ANSWER_FREE)
@@ -89,6 +92,8 @@ class Optimizer:
         if run_id is not None:
             store.claim_run(self.run_id)  # refuses while another live process holds the run
         self.reward = load_reward(config.reward, judge_backend=JudgeCalls(self.learner_backend, store, self.run_id))
+        if config.traffic is not None:  # user feedback where it exists, the configured fallback where it does not
+            self.reward = FeedbackReward(self.reward, load_reward(config.traffic.fallback_reward))
         self.learner = LearnerCalls(self.learner_backend, store, self.run_id, config.learner_sampling(),
                                     config.max_attempts)
 

@@ -28,6 +28,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from sqlite_utils import Database
 
 from gym_tf.errors import ConfigError
+from rewards.answers import extract_answer
 
 DEFAULT_TENANT = "default"
 POSITIVE = 0.5  # a score at or above this makes the served answer a reference; below, a known-bad answer
@@ -229,8 +230,8 @@ def last_user_text(messages: Any) -> str:
 def problem_row(exchange: dict[str, Any]) -> dict[str, Any] | None:
     """One exchange as a dataset row, or None when it has no text problem (a token-id prompt, no user message).
 
-    The reference `answer` is the newest correction, else the served answer when the mean score is positive
-    (thumbs up); a negative score keeps the served answer as `served_answer` with `label: down`, for the feedback
+    The reference `answer` is the newest correction, else the served answer's final answer when the mean score is
+    positive (thumbs up); a negative score keeps the served answer as `served_answer` with `label: down`, for the feedback
     reward to count against."""
     request = exchange["request"] or {}
     if exchange["route"] == "/chat/completions":
@@ -247,7 +248,7 @@ def problem_row(exchange: dict[str, Any]) -> dict[str, Any] | None:
     if corrections:
         label, answer = "correction", corrections[-1]
     elif mean is not None:
-        label, answer = ("up", served) if mean >= POSITIVE else ("down", None)
+        label, answer = ("up", extract_answer(served) or served) if mean >= POSITIVE else ("down", None)
     else:
         label, answer = "none", None
     return {"id": exchange["response_id"], "problem": text, "answer": answer, "label": label, "served_answer": served,

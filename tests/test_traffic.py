@@ -174,3 +174,91 @@ def test_retention_by_rows_and_by_age(tmp_path):
     assert [r["response_id"] for r in log.exchanges("default")] == [f"r{i}" for i in range(4, 10)]
     assert log.prune(max_days=2.5, max_rows=None, now=now) == 4
     assert [r["response_id"] for r in log.exchanges("default")] == ["r8", "r9"]
+
+
+# --- learning from it (issue #14, items 3 to 5) ------------------------------------------------------------------
+
+from fakes import ScriptedBackend  # noqa: E402
+from gym_tf.config import OptimizeConfig  # noqa: E402
+from gym_tf.datasets import load_dataset  # noqa: E402
+from gym_tf.learn import from_traffic, promote_if_passed, promotions  # noqa: E402
+from gym_tf.optimize import Optimizer  # noqa: E402
+from gym_tf.publishing import verify_ledger  # noqa: E402
+
+BASE = OptimizeConfig(dataset="unused", batch_size=4, group_size=4, epochs=1, seed=2, val_samples=4)
+
+
+class LibraryMatters(ScriptedBackend):
+    """The frozen model: right far more often with a library in its prompt (`helps`), or far less (harmful)."""
+
+    def __init__(self, answers, helps: bool):
+        super().__init__(answers)
+        self.helps = helps
+
+    def skill_for(self, messages):
+        with_library = "Experiences learned" in str(messages[0]["content"]) or "Worked examples" in str(messages[0]["content"])
+        return (0.9 if with_library else 0.3) if self.helps else (0.05 if with_library else 0.6)
+
+
+def send_quickstart_traffic(client, problems):
+    """Each problem as a chat request; feedback on most: corrections, thumbs down, thumbs up; none on two."""
+    ids = {}
+    for p in problems:
+        ids[p.id] = client.chat.completions.create(model="m", messages=[{"role": "user", "content": p.problem}]).id
+    for i, p in enumerate(problems):
+        if i % 8 in (0, 1, 2, 3, 4):
+            feedback(client, response_id=ids[p.id], score="down", correction=f"\\boxed{{{p.answer}}}")
+        elif i % 8 == 5:
+            feedback(client, response_id=ids[p.id], score="down", comment="wrong")
+    return ids
+
+
+async def test_traffic_and_feedback_teach_a_gated_library_served_without_restart(served):
+    clients, store, v1, running, recorder = served
+    problems = load_dataset("quickstart")[:16]
+    answers = {p.problem: p.answer for p in problems}
+    send_quickstart_traffic(clients["acme"], problems)
+    rows(store.root, 16, "acme")
+    await recorder.call(lambda: None)  # every feedback is written
+
+    # the snapshot: acme's traffic only, corrections as references, a held-out slice of the labelled rows
+    config = from_traffic(store, BASE, tenant="acme", val_fraction=0.4)
+    train = [json.loads(line) for line in open(config.dataset)]
+    val = [json.loads(line) for line in open(config.val_dataset)]
+    assert len(train) + len(val) == 16 and val and all(r["label"] == "correction" for r in val)
+    assert {r["label"] for r in train} <= {"correction", "down", "none"} and config.start_library == "empty"
+    by_text = {r["problem"]: r for r in train + val}
+    assert all(by_text[p.problem]["served_answer"] == "Hello from the fake upstream." for p in problems)
+
+    # a harmful candidate: the gate rejects it, nothing is promoted, acme is still served the empty library
+    harmful = await Optimizer(config, store, LibraryMatters(answers, helps=False)).run()
+    assert {v["status"] for v in store.versions(harmful.run_id)} == {"rejected"}
+    assert promote_if_passed(store, harmful.run_id).version_id is None
+    acme = clients["acme"].chat.completions.with_raw_response.create(model="m", messages=HI)
+    assert acme.headers["x-gym-tf-library-version"] == EMPTY_LIBRARY.id
+
+    # a good one: passes, is promoted, and the running server answers acme with it at once
+    good = await Optimizer(config, store, LibraryMatters(answers, helps=True)).run()
+    promotion = promote_if_passed(store, good.run_id)
+    assert promotion.version_id == good.library.id and good.library.items
+    acme = clients["acme"].chat.completions.with_raw_response.create(model="m", messages=HI)
+    assert acme.headers["x-gym-tf-library-version"] == good.library.id
+    [evidence] = promotions(store, "acme")
+    assert evidence["evidence"]["evaluation"]["val_mean"] >= evidence["evidence"]["val_baseline"]
+    verify_ledger(store)  # every version made from traffic is in the ledger, and it still verifies
+
+    # the other tenants see none of it: not served, not listed, not pinnable, their traffic untouched
+    for other in ("globex", "default"):
+        reply = clients[other].chat.completions.with_raw_response.create(model="m", messages=HI)
+        assert reply.headers["x-gym-tf-library-version"] != good.library.id
+        assert not any(good.library.id[:12] in m.id for m in clients[other].models.list())
+        with pytest.raises(openai.NotFoundError):
+            clients[other].chat.completions.create(model=f"m@{good.library.id}", messages=HI)
+    assert any(good.library.id[:12] in m.id for m in clients["acme"].models.list())
+    with pytest.raises(openai.NotFoundError):  # and acme cannot pin the default tenant's library either
+        clients["acme"].chat.completions.create(model=f"m@{v1.id}", messages=HI)
+    rows(store.root, 1, "globex")
+    theirs = from_traffic(store, BASE, tenant="globex")  # globex learns from its own requests only
+    assert {json.loads(line)["problem"] for line in open(theirs.dataset)} == {HI[0]["content"]}
+    with pytest.raises(Exception, match="no recorded text requests"):
+        from_traffic(store, BASE, tenant="nobody")
