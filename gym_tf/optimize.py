@@ -255,8 +255,15 @@ class Optimizer:
         for group in complete.values():
             self._saw(group)
         fresh = await rollout_many(self.backend, missing, library, cfg.group_size, cfg.rollout.sampling(), self.reward,
-                                   cfg.seed, f"train:{epoch}", on_group=keep)
+                                   cfg.seed, f"train:{epoch}", on_group=keep, given=self._served_answer)
         return {**complete, **fresh}
+
+    def _served_answer(self, problem: Problem) -> tuple[str, ...]:
+        """From traffic, the answer a user judged is one member of its group (scored by what the user said)."""
+        row = problem.row
+        if self.config.traffic is None or row.get("label") in (None, "none") or not row.get("served_answer"):
+            return ()
+        return (row["served_answer"],)
 
     async def _summaries(self, step: int, problems: list[Problem], groups: dict[str, list[Rollout]],
                          library: LibraryVersion) -> dict[str, list[tuple[Rollout, str]]]:

@@ -36,6 +36,7 @@ class RecordSettings:
     max_rows: int | None = 1_000_000  # beyond this many, the oldest are deleted
     redact: str | None = None  # `module:function`, (exchange dict) -> dict, or None to drop it
     batch: int = 512  # exchanges per write transaction at most
+    max_pending: int = 20_000  # exchanges waiting for the writer; beyond, new ones are dropped (and counted)
     prune_every_s: float = 60.0
 
     def __post_init__(self) -> None:
@@ -84,7 +85,14 @@ class Recorder:
 
     def completed(self, meta: dict[str, Any], reply: dict[str, Any], latency_s: float) -> None:
         """A non-streaming answer: queue it (one put; the writer does the rest)."""
-        self.jobs.put(("record", meta, reply, None, latency_s))
+        self._queue(("record", meta, reply, None, latency_s))
+
+    def _queue(self, job: tuple) -> None:
+        # Serving never waits for the disk: if the writer falls this far behind, exchanges are dropped, not queued.
+        if self.jobs.qsize() >= self.settings.max_pending:
+            self.dropped += 1
+            return
+        self.jobs.put(job)
 
     async def capture(self, meta: dict[str, Any], events: AsyncIterator[bytes], start: float) -> AsyncIterator[bytes]:
         """Relay a stream's bytes unchanged; queue it once it ended normally (a client gone mid-stream: nothing)."""
@@ -103,7 +111,7 @@ class Recorder:
             complete = True
         finally:
             if complete:
-                self.jobs.put(("record", meta, None, chunks, time.perf_counter() - start))
+                self._queue(("record", meta, None, chunks, time.perf_counter() - start))
             if key is not None:
                 done = self.open_streams.pop(key, None)
                 if done is not None:

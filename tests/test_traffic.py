@@ -232,6 +232,11 @@ async def test_traffic_and_feedback_teach_a_gated_library_served_without_restart
 
     # a harmful candidate: the gate rejects it, nothing is promoted, acme is still served the empty library
     harmful = await Optimizer(config, store, LibraryMatters(answers, helps=False)).run()
+    labelled = {r["id"] for r in train if r["label"] != "none"}
+    served = [r for r in store.rollouts(harmful.run_id) if r.library_version == "served"]
+    assert {r.problem_id for r in served} == labelled  # the judged answer is one member of its group, scored 0
+    assert all(r.completion == "Hello from the fake upstream." and r.reward == 0.0 and r.sample == 3 for r in served)
+    assert all(len([r for r in store.rollouts(harmful.run_id) if r.problem_id == pid]) == 4 for pid in labelled)
     assert {v["status"] for v in store.versions(harmful.run_id)} == {"rejected"}
     assert promote_if_passed(store, harmful.run_id).version_id is None
     acme = clients["acme"].chat.completions.with_raw_response.create(model="m", messages=HI)
