@@ -86,6 +86,13 @@ def promote_if_passed(store: RunStore, run_id: str) -> Promotion:
                             f"against {baseline:.3f})")
 
 
+def last_learned(store: RunStore, tenant: str) -> float:
+    """When the tenant's newest from-traffic run froze its snapshot (0: never)."""
+    times = [run["config"]["traffic"]["until"] for run in (store.run(r["id"]) for r in store.runs()
+             if r["kind"] == "optimize") if (run["config"].get("traffic") or {}).get("tenant") == tenant]
+    return max(times, default=0.0)
+
+
 def promotions(store: RunStore, tenant: str | None = None) -> list[dict[str, Any]]:
     if "promotions" not in store.db.table_names():
         return []
@@ -98,23 +105,19 @@ async def watch(store: RunStore, make_config: Callable[[], OptimizeConfig],
                 run: Callable[[OptimizeConfig], Awaitable[str]], tenant: str, min_feedback: int,
                 interval_s: float = 60.0, rounds: int | None = None,
                 on_round: Callable[[str], None] = lambda line: None) -> list[Promotion]:
-    """Learn whenever `min_feedback` new feedback rows have arrived for the tenant since the last learning run;
-    promote only what passes. `run(config)` runs one optimize and returns its run id; `rounds` bounds the number
-    of learning runs (None: forever)."""
+    """Learn whenever `min_feedback` new feedback rows have arrived for the tenant since its last learning run
+    (any from-traffic run of that tenant, this process's or an earlier one's); promote only what passes.
+    `run(config)` runs one optimize and returns its run id; `rounds` bounds the learning runs (None: forever)."""
     log = TrafficLog(store.root)
     done: list[Promotion] = []
-    last = 0.0
     try:
         while rounds is None or len(done) < rounds:
-            fresh = log.counts(tenant, since=last)["feedback"]
+            fresh = log.counts(tenant, since=last_learned(store, tenant))["feedback"]
             if fresh < min_feedback:
                 on_round(f"{fresh} new feedback for {tenant!r}, waiting for {min_feedback}")
                 await asyncio.sleep(interval_s)
                 continue
-            started = time.time()
-            config = make_config()
-            run_id = await run(config)
-            last = started
+            run_id = await run(make_config())
             done.append(promote_if_passed(store, run_id))
             on_round(f"run {run_id}: {done[-1].reason}")
     finally:

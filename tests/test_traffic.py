@@ -267,3 +267,47 @@ async def test_traffic_and_feedback_teach_a_gated_library_served_without_restart
     assert {json.loads(line)["problem"] for line in open(theirs.dataset)} == {HI[0]["content"]}
     with pytest.raises(Exception, match="no recorded text requests"):
         from_traffic(store, BASE, tenant="nobody")
+
+
+async def test_watch_learns_when_enough_feedback_arrived_and_never_promotes_a_failing_version(served):
+    import asyncio
+
+    from gym_tf.learn import watch
+
+    clients, store, v1, running, recorder = served
+    problems = load_dataset("quickstart")[:12]
+    answers = {p.problem: p.answer for p in problems}
+    acme = clients["acme"]
+    ids = [acme.chat.completions.create(model="m", messages=[{"role": "user", "content": p.problem}]).id
+           for p in problems]
+
+    def give(indices):
+        for i in indices:
+            feedback(acme, response_id=ids[i], correction=f"\\boxed{{{problems[i].answer}}}")
+
+    give(range(3))
+    make = lambda: from_traffic(store, BASE, tenant="acme", val_fraction=0.5)  # noqa: E731
+    backend = {"model": LibraryMatters(answers, helps=False)}
+
+    async def run(config):
+        return (await Optimizer(config, store, backend["model"]).run()).run_id
+
+    lines = []
+    task = asyncio.create_task(watch(store, make, run, "acme", min_feedback=6, interval_s=0.05, rounds=1,
+                                     on_round=lines.append))
+    await asyncio.sleep(0.5)
+    assert not task.done() and store.runs() == [] and lines[-1] == "3 new feedback for 'acme', waiting for 6"
+    await asyncio.to_thread(give, range(3, 9))
+    [harmful] = await asyncio.wait_for(task, 60)
+    assert harmful.version_id is None and store.served_version_id("acme") is None  # the gate said no
+    backend["model"] = LibraryMatters(answers, helps=True)
+    await asyncio.to_thread(give, range(9, 12))  # 3 new since the last run: what counts, even in a new process
+    waiting = asyncio.create_task(watch(store, make, run, "acme", min_feedback=4, interval_s=0.05, rounds=1))
+    await asyncio.sleep(0.3)
+    assert not waiting.done() and len(store.runs()) == 1
+    waiting.cancel()
+    task = asyncio.create_task(watch(store, make, run, "acme", min_feedback=3, interval_s=0.05, rounds=1))
+    [good] = await asyncio.wait_for(task, 60)
+    assert good.version_id is not None and store.served_version_id("acme") == good.version_id
+    assert acme.chat.completions.with_raw_response.create(
+        model="m", messages=HI).headers["x-gym-tf-library-version"] == good.version_id
