@@ -12,6 +12,7 @@ and scores at least as well on it as the library it replaces; each promotion is 
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import time
 from dataclasses import dataclass
@@ -22,6 +23,7 @@ from gym_tf.errors import ConfigError
 from gym_tf.store import RunStore
 from gym_tf.tenants import check_tenant
 from gym_tf.traffic import TrafficLog, traffic_dataset
+from ledger.cid import canonical
 
 
 def from_traffic(store: RunStore, base: OptimizeConfig, tenant: str = "default", since: float = 0.0,
@@ -75,15 +77,22 @@ def promote_if_passed(store: RunStore, run_id: str) -> Promotion:
         return Promotion(None, f"version {final} scores {evaluation['val_mean']:.3f} on the held-out problems, below "
                                f"the start library's {baseline:.3f}: the served library stays")
     before = store.served_version_id(tenant)
-    with store.db.atomic():
+    evidence = {"evaluation": evaluation, "val_baseline": baseline, "val_dataset": run["config"]["val_dataset"]}
+    with store.db.atomic():  # the pointer, the promotion row and its ledger leaf commit together
         store.promote(final, name=tenant)
+        leaf = store.log_event(promotion_entry(final, tenant, run_id, before, evidence))
         store.db["promotions"].insert(
             {"version_id": final, "tenant": tenant, "run_id": run_id, "replaced": before, "created": time.time(),
-             "evidence": json.dumps({"evaluation": evaluation, "val_baseline": baseline,
-                                     "val_dataset": run["config"]["val_dataset"]})},
-            alter=True)
+             "evidence": json.dumps(evidence), "leaf_index": leaf}, alter=True)
     return Promotion(final, f"serving {final} to tenant {tenant!r} (held-out {evaluation['val_mean']:.3f} "
                             f"against {baseline:.3f})")
+
+
+def promotion_entry(version_id: str, tenant: str, run_id: str, replaced: str | None,
+                    evidence: dict[str, Any]) -> dict[str, Any]:
+    """A promotion's Merkle log entry: what was served to whom, replacing what, and the digest of the evidence."""
+    return {"kind": "promotion", "version": version_id, "tenant": tenant, "run": run_id, "replaced": replaced,
+            "evidence_sha256": hashlib.sha256(canonical(evidence)).hexdigest()}
 
 
 def last_learned(store: RunStore, tenant: str) -> float:

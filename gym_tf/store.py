@@ -367,6 +367,13 @@ class RunStore:
         self.db.execute("INSERT INTO leaf(entry, hash) VALUES (?, ?)", [entry, leaf_hash(entry)])
         return self.db.execute("SELECT max(id) FROM leaf").fetchone()[0]
 
+    def log_event(self, entry: dict[str, Any]) -> int:
+        """Append an entry that is not a version (a promotion) to the Merkle log; its leaf index. Call it inside the
+        transaction that records the event, so both commit together."""
+        data = canonical(entry)
+        self.db.execute("INSERT INTO leaf(entry, hash) VALUES (?, ?)", [data, leaf_hash(data)])
+        return self.db.execute("SELECT max(id) FROM leaf").fetchone()[0]
+
     def version(self, ref: str) -> LibraryVersion:
         """A version by full id or unique prefix; `empty` is the empty library. The prefix is compared as plain text
         (never a LIKE pattern, where `%` and `_` would match anything)."""

@@ -184,6 +184,7 @@ from gym_tf.datasets import load_dataset  # noqa: E402
 from gym_tf.learn import from_traffic, promote_if_passed, promotions  # noqa: E402
 from gym_tf.optimize import Optimizer  # noqa: E402
 from gym_tf.publishing import verify_ledger  # noqa: E402
+from ledger.errors import TamperedError  # noqa: E402
 
 BASE = OptimizeConfig(dataset="unused", batch_size=4, group_size=4, epochs=1, seed=2, val_samples=4)
 
@@ -250,7 +251,12 @@ async def test_traffic_and_feedback_teach_a_gated_library_served_without_restart
     assert acme.headers["x-gym-tf-library-version"] == good.library.id
     [evidence] = promotions(store, "acme")
     assert evidence["evidence"]["evaluation"]["val_mean"] >= evidence["evidence"]["val_baseline"]
-    verify_ledger(store)  # every version made from traffic is in the ledger, and it still verifies
+    verify_ledger(store)  # every version made from traffic, and the promotion, are in the ledger, and it verifies
+    entry = json.loads(store.ledger.entry(evidence["leaf_index"]))
+    assert entry["kind"] == "promotion" and entry["version"] == good.library.id and entry["tenant"] == "acme"
+    store.db.execute("update promotions set evidence = ?", [json.dumps({"evaluation": {"val_mean": 1.0}})])
+    with pytest.raises(TamperedError, match="evidence"):
+        verify_ledger(store)
 
     # the other tenants see none of it: not served, not listed, not pinnable, their traffic untouched
     for other in ("globex", "default"):
