@@ -95,7 +95,9 @@ class Recorder:
         self.jobs.put(job)
 
     async def capture(self, meta: dict[str, Any], events: AsyncIterator[bytes], start: float) -> AsyncIterator[bytes]:
-        """Relay a stream's bytes unchanged; queue it once it ended normally (a client gone mid-stream: nothing)."""
+        """Relay a stream's bytes unchanged; queue it once it is complete: it ended, or [DONE] went out (clients
+        such as the openai SDK close the connection at [DONE], often before the upstream's own end arrives). A
+        client gone mid-stream leaves nothing."""
         chunks: list[bytes] = []
         key = None
         complete = False
@@ -107,6 +109,7 @@ class Recorder:
                         key = (meta["tenant"], found.group(1).decode())
                         self.open_streams[key] = asyncio.Event()
                 chunks.append(chunk)
+                complete = complete or b"data: [DONE]" in chunk
                 yield chunk
             complete = True
         finally:

@@ -317,3 +317,26 @@ async def test_watch_learns_when_enough_feedback_arrived_and_never_promotes_a_fa
     assert good.version_id is not None and store.served_version_id("acme") == good.version_id
     assert acme.chat.completions.with_raw_response.create(
         model="m", messages=HI).headers["x-gym-tf-library-version"] == good.version_id
+
+
+def test_a_stream_the_client_closes_at_done_is_recorded_and_one_cut_short_is_not(tmp_path):
+    """The upstream holds its connection open after [DONE] (`linger`): the client leaves before the stream ends."""
+    store = RunStore(tmp_path / "ws")
+    process, url, _ = start_fake(tmp_path, delay=0.2)
+    running = Running(create_app(Upstream(url), store, None, Recorder(store.root)))
+    body = {"model": "m", "messages": [{"role": "user", "content": "linger"}], "stream": True}
+    try:
+        with httpx.Client(timeout=20) as client:
+            with client.stream("POST", f"{running.url}/chat/completions", json=body) as reply:
+                events = (json.loads(line[6:]) for line in reply.iter_lines() if line.startswith("data: {"))
+                cut_short = next(events)["id"]  # gone after the first event
+            with client.stream("POST", f"{running.url}/chat/completions", json=body) as reply:
+                for line in reply.iter_lines():
+                    if line == "data: [DONE]":
+                        break  # gone at [DONE], as the openai SDK does
+        recorded = rows(store.root, 1, "default", timeout=1.5)
+        assert len(recorded) == 1 and recorded[0]["response_id"] != cut_short
+        assert recorded[0]["answers"] == ["Hello from the fake upstream."]
+    finally:
+        running.stop()
+        process.kill()
