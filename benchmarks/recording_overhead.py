@@ -7,6 +7,8 @@ a served model's pace at 50 tokens/s), one with `--record`, one without. Each ro
 order, with `--streams` concurrent streaming clients; per-request latencies of all rounds are pooled per arm. It
 prints p50 / p99 per arm, the added p50 (on - off; target: within 1 ms) and the ratio, then checks that every
 request of the recording arm was recorded (the writer thread keeps up). Feedback is posted on a few responses too.
+`--noise-floor` adds a second server without recording (an A/A arm): the off - off difference shows how much of
+the on - off difference a busy machine makes up by itself.
 """
 
 from __future__ import annotations
@@ -68,6 +70,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--chunk-delay", type=float, default=0.02)
     parser.add_argument("--chunks", type=int, default=32)
+    parser.add_argument("--noise-floor", action="store_true", help="add a second server without recording")
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp())
     up_port = free_port()
@@ -76,7 +79,8 @@ def main() -> None:
     servers, urls = {}, {}
     try:
         wait_for(f"http://127.0.0.1:{up_port}/v1/models", upstream, 30)
-        for name, flags in (("off", []), ("on", ["--record"])):
+        arms = [("off", []), ("on", ["--record"])] + ([("off2", [])] if args.noise_floor else [])
+        for name, flags in arms:
             port = free_port()
             servers[name] = subprocess.Popen(
                 [sys.executable, "-m", "gym_tf", "serve", "--upstream", f"http://127.0.0.1:{up_port}/v1", "--model",
@@ -84,10 +88,11 @@ def main() -> None:
                 cwd=ROOT, stderr=subprocess.DEVNULL)
             urls[name] = f"http://127.0.0.1:{port}/v1"
             wait_for(f"http://127.0.0.1:{port}/health", servers[name], 60)
-        latencies: dict[str, list[float]] = {"off": [], "on": []}
+        latencies: dict[str, list[float]] = {name: [] for name, _ in arms}
         sent_on = 0
         for round_ in range(args.rounds):
-            for name in ("off", "on") if round_ % 2 == 0 else ("on", "off"):
+            names = [name for name, _ in arms]
+            for name in names if round_ % 2 == 0 else names[::-1]:
                 values, _ = asyncio.run(arm(urls[name], args.streams, args.requests_per_client))
                 latencies[name] += values
                 sent_on += len(values) + 1 if name == "on" else 0
@@ -97,6 +102,10 @@ def main() -> None:
         print(f"recording off: p50 {p(off, 50):.2f} ms  p99 {p(off, 99):.2f} ms  ({len(off)} requests)")
         print(f"recording on:  p50 {p(on, 50):.2f} ms  p99 {p(on, 99):.2f} ms  ({len(on)} requests)")
         print(f"added p50 latency (on - off): {p(on, 50) - p(off, 50):+.2f} ms; ratio on/off {p(on, 50) / p(off, 50):.4f}")
+        if args.noise_floor:
+            off2 = latencies["off2"]
+            print(f"noise floor (second server, recording off): p50 {p(off2, 50):.2f} ms; off2 - off "
+                  f"{p(off2, 50) - p(off, 50):+.2f} ms")
         deadline = time.time() + 30
         while time.time() < deadline:
             with sqlite3.connect(work / "ws-on" / "gym-tf.db") as db:

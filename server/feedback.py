@@ -18,7 +18,7 @@ from pydantic import ValidationError
 
 from gym_tf.traffic import DEFAULT_TENANT, Feedback
 from server.errors import OpenAIError
-from server.recording import Recorder
+from server.recording import Recorder, RecorderDown
 
 MAX_FEEDBACK_BYTES = 128 * 1024
 
@@ -44,6 +44,8 @@ def register(app: FastAPI, recorder: Recorder | None, read_body: Callable[[Reque
         except (LookupError, asyncio.TimeoutError):
             raise OpenAIError(404, f"no recorded response {given.response_id!r}", code="response_not_found",
                               param="response_id") from None
+        except RecorderDown as exc:
+            raise OpenAIError(503, f"feedback cannot be recorded now: {exc}", code="recorder_down") from None
         return {"object": "feedback", "response_id": given.response_id, "score": given.value,
                 "correction": given.correction is not None, "comment": given.comment is not None,
                 "replaced": replaced, "created": int(time.time())}

@@ -219,8 +219,7 @@ async def test_traffic_and_feedback_teach_a_gated_library_served_without_restart
     problems = load_dataset("quickstart")[:16]
     answers = {p.problem: p.answer for p in problems}
     send_quickstart_traffic(clients["acme"], problems)
-    rows(store.root, 16, "acme")
-    await recorder.call(lambda: None)  # every feedback is written
+    rows(store.root, 16, "acme")  # (each feedback post returned once the writer had stored it)
 
     # the snapshot: acme's traffic only, corrections as references, a held-out slice of the labelled rows
     config = from_traffic(store, BASE, tenant="acme", val_fraction=0.4)
