@@ -11,6 +11,7 @@ from __future__ import annotations
 import importlib
 import json
 import pickle
+import sqlite3
 import struct
 import sys
 import time
@@ -71,18 +72,26 @@ def write(workspace: str, settings: RecordSettings) -> None:
                     rows.append(row)
                 continue
             if rows:  # a call sees every exchange handed over before it
-                log.add(rows)
+                _store(log, rows)
                 rows = []
             if job[0] == "stop":
                 return
             _answer(sink, log, *job[1:])
         if rows:
-            log.add(rows)
+            _store(log, rows)
             since_prune += len(rows)
         # by time, and after every 1,000 new rows, so a burst never waits a minute to be trimmed
         if time.monotonic() - last_prune > settings.prune_every_s or since_prune >= 1000:
             last_prune, since_prune = time.monotonic(), 0
             log.prune(settings.max_days, settings.max_rows)
+
+
+def _store(log: TrafficLog, rows: list[dict[str, Any]]) -> None:
+    """Insert a batch; a database that refuses it (disk full, locked for 30 s) loses this batch, not the writer."""
+    try:
+        log.add(rows)
+    except sqlite3.Error as exc:
+        print(f"gym-tf recorder: {len(rows)} exchanges not kept: {exc}", file=sys.stderr)
 
 
 def _answer(sink, log: TrafficLog, ident: int, name: str, args: tuple) -> None:
@@ -116,11 +125,15 @@ def _row(redact, meta: dict[str, Any], reply: dict[str, Any] | None, raw: bytes 
     }
     if redact is not None:
         try:
-            exchange = redact(exchange)
+            redacted = redact(exchange)
+            if redacted is None:
+                return None
+            # the hook may change values, never the row's shape: unknown keys would break the insert
+            exchange = {k: redacted[k] for k in exchange}
+            json.dumps(exchange)
         except Exception as exc:  # noqa: BLE001 - a failing redactor must never let the unredacted row through
-            print(f"gym-tf recorder: redaction hook failed ({type(exc).__name__}): exchange not kept", file=sys.stderr)
-            return None
-        if exchange is None:
+            print(f"gym-tf recorder: redaction hook failed ({type(exc).__name__}: {exc}): exchange not kept",
+                  file=sys.stderr)
             return None
     return {**exchange, **{k: json.dumps(exchange.get(k)) for k in ("request", "answers", "finish_reasons", "usage")}}
 

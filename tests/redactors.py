@@ -18,3 +18,8 @@ def drop_secrets(exchange):
 
 def broken(exchange):
     raise RuntimeError("a redactor bug")
+
+
+def reshape(exchange):
+    """A hook that breaks the row's shape: nothing is kept, and the recorder goes on."""
+    return {"surprise": 1}

@@ -147,14 +147,16 @@ def test_redaction_runs_before_storage_and_a_failing_hook_keeps_nothing(tmp_path
     store = RunStore(tmp_path / "ws")
     process, url, _ = start_fake(tmp_path)
     try:
-        for hook, expected in [("redactors:mask_digits", 1), ("redactors:drop_secrets", 1), ("redactors:broken", 0)]:
+        for hook, expected in [("redactors:mask_digits", 1), ("redactors:drop_secrets", 1), ("redactors:broken", 0),
+                               ("redactors:reshape", 0)]:
             workspace = tmp_path / hook.replace(":", "-")
-            running = Running(create_app(Upstream(url), RunStore(workspace), None,
-                                         Recorder(workspace, RecordSettings(redact=hook))))
+            recorder = Recorder(workspace, RecordSettings(redact=hook))
+            running = Running(create_app(Upstream(url), RunStore(workspace), None, recorder))
             client = openai.OpenAI(base_url=running.url, api_key="x", max_retries=0)
             client.chat.completions.create(model="m", messages=HI)
             client.chat.completions.create(model="m", messages=[{"role": "user", "content": "my secret is 1234"}])
             found = rows(workspace, 2, "default", timeout=2)
+            assert recorder.writer.poll() is None, hook  # a hook that fails never stops the recorder
             running.stop()
             assert len(found) == expected + (hook == "redactors:mask_digits"), hook
             stored = b"".join(p.read_bytes() for p in workspace.glob("gym-tf.db*"))  # the file and its WAL
