@@ -30,15 +30,9 @@ class TrafficSource(BaseModel):
     tenant: str = Field("default", description="the tenant whose recorded traffic and feedback are learned from")
     since: float = Field(0.0, description="first recorded request used (epoch seconds)")
     until: float = Field(description="last recorded request used (epoch seconds): the run's start")
-    fallback_reward: str = Field("majority", description="reward for requests without feedback (needs no answer)")
+    fallback_reward: str = Field("majority", description="reward for requests without a reference answer: one that "
+                                 "needs none (majority, regex, module:function), or `judge` (sees the user's comment)")
     val_fraction: float = Field(0.0, ge=0, lt=1, description="share of feedback-labelled requests held out as the gate")
-
-    @model_validator(mode="after")
-    def _rules(self) -> "TrafficSource":
-        if self.fallback_reward == "judge":
-            raise ValueError("fallback_reward cannot be `judge`: requests without feedback have no reference answer "
-                             "for it; use majority or a module:function")
-        return self
 
 
 class OptimizeConfig(BaseModel):

@@ -25,6 +25,7 @@ from gym_tf.rollouts import Rollout, rollout_many
 from gym_tf.store import RunStore, config_hash, rollout_key
 from rewards import ANSWER_FREE, load_reward
 from rewards.feedback import FeedbackReward
+from rewards.judge import FeedbackJudge
 
 
 @dataclass
@@ -93,7 +94,9 @@ class Optimizer:
             store.claim_run(self.run_id)  # refuses while another live process holds the run
         self.reward = load_reward(config.reward, judge_backend=JudgeCalls(self.learner_backend, store, self.run_id))
         if config.traffic is not None:  # user feedback where it exists, the configured fallback where it does not
-            self.reward = FeedbackReward(self.reward, load_reward(config.traffic.fallback_reward))
+            fallback = config.traffic.fallback_reward
+            judge = JudgeCalls(self.learner_backend, store, self.run_id)
+            self.reward = FeedbackReward(self.reward, FeedbackJudge(judge) if fallback == "judge" else load_reward(fallback))
         self.learner = LearnerCalls(self.learner_backend, store, self.run_id, config.learner_sampling(),
                                     config.max_attempts)
 

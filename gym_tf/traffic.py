@@ -250,7 +250,7 @@ def problem_row(exchange: dict[str, Any]) -> dict[str, Any] | None:
     elif mean is not None:
         label, answer = ("up", extract_answer(served) or served) if mean >= POSITIVE else ("down", None)
     else:
-        label, answer = "none", None
+        label, answer = ("comment" if any(f["comment"] for f in rows) else "none"), None
     return {"id": exchange["response_id"], "problem": text, "answer": answer, "label": label, "served_answer": served,
             "score": mean, "comment": "\n".join(f["comment"] for f in rows if f["comment"]) or None,
             "library_version": exchange["library_version"]}

@@ -1,7 +1,7 @@
 """The reward for recorded traffic: what users said where they said it, a configured reward elsewhere.
 
 Rows come from `gym_tf.traffic.problem_row`: `answer` is a user's correction, or the served answer a user rated up;
-`label` says which (`correction`, `up`, `down`, `none`); `served_answer` is what the user was shown.
+`label` says which (`correction`, `up`, `down`, `comment` only, `none`); `served_answer` is what the user was shown.
 
 - a reference (correction or thumbs up): the base reward against it, as for any dataset with answers;
 - thumbs down, no correction: completions that agree with the served answer score 0 (the user said it was wrong),
@@ -44,7 +44,7 @@ class FeedbackReward:
                        served_answer: str | None = None, **row: Any) -> list[float | None]:
         if answer is not None:
             return await _call(self.base, completions, answer=answer, **row)
-        scores = await _call(self.fallback, completions, answer=None, **row)
+        scores = await _call(self.fallback, completions, answer=None, served_answer=served_answer, **row)
         if label == "down" and served_answer:
             same = await _call(self.base, completions, answer=extract_answer(served_answer) or served_answer, **row)
             scores = [0.0 if s == 1.0 else score for s, score in zip(same, scores)]

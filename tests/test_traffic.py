@@ -180,7 +180,7 @@ def test_retention_by_rows_and_by_age(tmp_path):
 
 # --- learning from it (issue #14, items 3 to 5) ------------------------------------------------------------------
 
-from fakes import ScriptedBackend  # noqa: E402
+from fakes import ScriptedBackend, default_learner  # noqa: E402
 from gym_tf.config import OptimizeConfig  # noqa: E402
 from gym_tf.datasets import load_dataset  # noqa: E402
 from gym_tf.learn import from_traffic, promote_if_passed, promotions  # noqa: E402
@@ -341,3 +341,38 @@ def test_a_stream_the_client_closes_at_done_is_recorded_and_one_cut_short_is_not
     finally:
         running.stop()
         process.kill()
+
+
+async def test_a_judge_fallback_sees_the_users_comment_and_is_stored(served):
+    clients, store, *_ = served
+    problems = load_dataset("quickstart")[:4]
+    acme = clients["acme"]
+    for i, p in enumerate(problems):
+        reply = acme.chat.completions.create(model="m", messages=[{"role": "user", "content": p.problem}])
+        if i < 2:
+            feedback(acme, response_id=reply.id, comment=f"please show the steps {i}")
+    rows(store.root, 4, "acme")
+    asked = []
+
+    def learner(stage, prompt, attempt=0):
+        if stage == "judge":
+            asked.append(prompt)
+            candidate = prompt.split("Candidate response:\n", 1)[1]
+            return "INCORRECT" if "boxed{wrong}" in candidate or "fake upstream" in candidate else "CORRECT"
+        return default_learner(stage, prompt, attempt)
+
+    config = from_traffic(store, BASE, tenant="acme", fallback_reward="judge")
+    backend = ScriptedBackend({p.problem: p.answer for p in problems}, learner=learner)
+    result = await Optimizer(config, store, backend).run()
+    commented = [a for a in asked if "please show the steps 0" in a]
+    assert commented and all("A user was served this answer:\nHello from the fake upstream." in a for a in commented)
+    assert any(a.endswith("Candidate response:\nHello from the fake upstream.\n\nDoes the candidate answer the "
+                          "request correctly and helpfully, taking the user's comment into account? Reply with one "
+                          "word: CORRECT or INCORRECT.") for a in commented)  # the served answer is judged too
+    assert any("A user was served" not in a for a in asked)  # requests without feedback are judged plainly
+    rollouts = store.rollouts(result.run_id)
+    served = [r for r in rollouts if r.library_version == "served"]
+    assert len(served) == 2 and all(r.reward == 0.0 for r in served)  # the comment made the judge say no
+    assert {r.reward for r in rollouts if r.completion.endswith("{wrong}")} <= {0.0}
+    assert {r.reward for r in rollouts if r.completion.startswith("Work") and not r.completion.endswith("{wrong}")} == {1.0}
+    assert store.usage(result.run_id)["judge"]["prompt"] > 0  # counted, and stored for --resume
