@@ -220,7 +220,7 @@ def create_app(upstream: Upstream, store: RunStore, config: ServerConfig | None 
                        asked: dict[str, Any]):
         headers = {VERSION_HEADER: version.id}
         start = time.perf_counter()
-        # what a recorded exchange needs from the request path; the recorder's thread does everything else
+        # what a recorded exchange needs from the request path; the recorder's writer process does the rest
         meta = {"tenant": _tenant(request), "created": time.time(), "route": path, "model": body["model"],
                 "library_version": version.id, "request": asked} if recorder and recorder.active() else None
         if body.get("stream"):

@@ -376,3 +376,26 @@ async def test_a_judge_fallback_sees_the_users_comment_and_is_stored(served):
     assert {r.reward for r in rollouts if r.completion.endswith("{wrong}")} <= {0.0}
     assert {r.reward for r in rollouts if r.completion.startswith("Work") and not r.completion.endswith("{wrong}")} == {1.0}
     assert store.usage(result.run_id)["judge"]["prompt"] > 0  # counted, and stored for --resume
+
+
+def test_a_random_walk_of_hostile_feedback_bodies_never_gets_a_5xx(served):
+    import random
+
+    clients, store, _, running, _ = served
+    real = clients["default"].chat.completions.create(model="m", messages=HI).id
+    values = [None, True, 0, -1, 1e308, float("inf"), "", "up", "down", "UP", real, "x" * 5000, [], {}, [real],
+              {"$ne": None}, "\x00", "chatcmpl-' or 1=1 --", 0.5]
+    keys = ["response_id", "score", "correction", "comment", "extra", "", "__proto__"]
+    rng = random.Random(14)
+    statuses = set()
+    with httpx.Client(timeout=20, headers={"Authorization": "Bearer k-default"}) as client:
+        for _ in range(300):
+            body = {rng.choice(keys): rng.choice(values) for _ in range(rng.randint(0, 4))}
+            if rng.random() < 0.5:
+                body["response_id"] = rng.choice([real, "nope", real + "x"])
+            reply = client.post(f"{running.url}/feedback", content=json.dumps(body))
+            statuses.add(reply.status_code)
+            assert reply.status_code < 500, (body, reply.text)
+            if reply.status_code >= 400:
+                assert set(reply.json()["error"]) == {"message", "type", "param", "code"}
+    assert {200, 400, 404} <= statuses
