@@ -399,3 +399,22 @@ def test_a_random_walk_of_hostile_feedback_bodies_never_gets_a_5xx(served):
             if reply.status_code >= 400:
                 assert set(reply.json()["error"]) == {"message", "type", "param", "code"}
     assert {200, 400, 404} <= statuses
+
+
+async def test_a_from_traffic_run_stopped_by_its_budget_resumes_like_any_run(served):
+    from gym_tf.optimize import resume_config
+
+    clients, store, *_ = served
+    problems = load_dataset("quickstart")[:8]
+    send_quickstart_traffic(clients["acme"], problems)
+    rows(store.root, 8, "acme")
+    config = from_traffic(store, BASE.model_copy(update={"max_tokens": 300}), tenant="acme", val_fraction=0.5)
+    backend = LibraryMatters({p.problem: p.answer for p in problems}, helps=True)
+    stopped = await Optimizer(config, store, backend).run()
+    assert stopped.status == "budget"
+    assert promote_if_passed(store, stopped.run_id).version_id is None  # an unfinished run is never promoted
+    run_id, again = resume_config(store, stopped.run_id, max_tokens=10**9)
+    assert again.traffic == config.traffic and again.dataset == config.dataset
+    finished = await Optimizer(again, store, backend, run_id=run_id).run()
+    assert finished.status == "finished" and finished.run_id == stopped.run_id
+    assert promote_if_passed(store, run_id).version_id == finished.library.id
