@@ -101,7 +101,8 @@ def main() -> None:
               f"client per arm; upstream {args.chunks} chunks {args.chunk_delay * 1000:g} ms apart")
         print(f"recording off: p50 {p(off, 50):.2f} ms  p99 {p(off, 99):.2f} ms  ({len(off)} requests)")
         print(f"recording on:  p50 {p(on, 50):.2f} ms  p99 {p(on, 99):.2f} ms  ({len(on)} requests)")
-        print(f"added p50 latency (on - off): {p(on, 50) - p(off, 50):+.2f} ms; ratio on/off {p(on, 50) / p(off, 50):.4f}")
+        added, ratio = p(on, 50) - p(off, 50), p(on, 50) / p(off, 50)
+        print(f"added p50 latency (on - off): {added:+.2f} ms; ratio on/off {ratio:.4f}")
         if args.noise_floor:
             off2 = latencies["off2"]
             print(f"noise floor (second server, recording off): p50 {p(off2, 50):.2f} ms; off2 - off "

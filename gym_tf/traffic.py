@@ -231,9 +231,9 @@ def problem_row(exchange: dict[str, Any]) -> dict[str, Any] | None:
     """One exchange as a dataset row, or None when it has no text problem (a token-id prompt, no user message).
 
     The reference `answer` is the newest correction, else the served answer's final answer when the mean score is
-    positive (thumbs up); a negative score keeps the served answer as `served_answer` with `label: down`, for the feedback
-    reward to count against."""
-    request = exchange["request"] or {}
+    positive (thumbs up); a negative score keeps the served answer as `served_answer` with `label: down`, for the
+    feedback reward to count against; a comment alone gives `label: comment`."""
+    request = exchange["request"] if isinstance(exchange["request"], dict) else {}  # a redaction hook may blank it
     if exchange["route"] == "/chat/completions":
         text = last_user_text(request.get("messages"))
     else:

@@ -23,7 +23,11 @@ from server.recording import Recorder, RecorderDown
 MAX_FEEDBACK_BYTES = 128 * 1024
 
 
-def register(app: FastAPI, recorder: Recorder | None, read_body: Callable[[Request, int], Awaitable[dict[str, Any]]]) -> None:
+BodyReader = Callable[[Request, int], Awaitable[dict[str, Any]]]
+
+
+def register(app: FastAPI, recorder: Recorder | None, read_body: BodyReader) -> None:
+    """Add the route; `read_body` is the app's own bounded, depth-checked JSON reader."""
     @app.post("/v1/feedback")
     async def feedback(request: Request):
         body = await read_body(request, MAX_FEEDBACK_BYTES)

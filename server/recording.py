@@ -2,8 +2,8 @@
 
 The request path appends each streamed chunk to a list, reads the response id from the first chunk, and, once the
 response is complete, adds one job to a batch. Every 50 ms the event loop pickles the batch and hands it, without
-blocking, to a writer *process* (gym_tf.traffic_writer) over a pipe. The writer parses the streamed events into answers, applies the
-redaction hook, inserts the batch in one transaction, and applies the retention limits.
+blocking, to a writer *process* (gym_tf.traffic_writer) over a pipe. The writer parses the streamed events into
+answers, applies the redaction hook, inserts the batch in one transaction, and applies the retention limits.
 
 Why a process and not a thread: a writer thread in the server shares its GIL. On a loaded machine every hand-over
 of the GIL between the event loop and a writer waking up for SQLite costs the event loop a scheduling delay;
