@@ -3,6 +3,7 @@ client sending traffic and feedback, `gym-tf optimize --from-traffic --promote` 
 and the running server switching the tenant's library with no restart while the other tenant sees none of it."""
 
 import json
+import re
 import subprocess
 import sys
 import time
@@ -87,3 +88,41 @@ def test_serve_record_feedback_learn_promote_and_isolate(production):
     time.sleep(0.5)
     stats = json.loads(run_cli("traffic", "stats", "--tenant", "acme", "--workspace", str(workspace)).stdout)
     assert stats["exchanges"] == 16 + 1 + 1  # the check after promotion and the one after resume, not the paused one
+
+
+def test_learn_once_then_watch_for_new_feedback(production):
+    clients, workspace, model_url = production
+    acme = clients["acme"]
+    problems = load_dataset("quickstart")[:16]
+    ids = [acme.chat.completions.create(model="m", messages=[{"role": "user", "content": p.problem}]).id
+           for p in problems]
+
+    def correct(indices):
+        for i in indices:
+            acme.post("/feedback", body={"response_id": ids[i], "correction": problems[i].answer}, cast_to=httpx.Response)
+
+    correct(range(10))
+    model = ["--base-url", model_url, "--model", "fake-frozen", "--batch-size", "8", "-G", "4"]
+    once = run_cli("learn", "--tenant", "acme", "--val-fraction", "0.4", *model, "--workspace", str(workspace))
+    assert once.returncode == 0 and "to tenant 'acme'" in once.stdout, once.stderr
+    first = once.stdout.split("serving ", 1)[1].split()[0]
+    assert version_of(acme) == first
+    correct(range(10, 13))  # three new feedback rows since that run
+    watched = run_cli("learn", "--watch", "--rounds", "1", "--min-feedback", "3", "--interval", "0.2", "--tenant",
+                      "acme", "--val-fraction", "0.4", *model, "--workspace", str(workspace), timeout=120)
+    assert watched.returncode == 0, watched.stderr
+    assert re.search(r"^run \S+: (serving \S+ to tenant 'acme'|no candidate passed|version \S+ scores)", watched.stderr,
+                     re.MULTILINE), watched.stderr  # one learning run, started by the 3 new rows, and its verdict
+    unguarded = run_cli("learn", "--tenant", "acme", "--val-fraction", "0", *model, "--workspace", str(workspace))
+    assert unguarded.returncode == 1 and "learn always gates" in unguarded.stderr
+
+
+def test_a_bad_redaction_hook_or_tenants_file_is_a_one_line_error(tmp_path):
+    bad = run_cli("serve", "--record", "--redact", "nowhere_module:f", "--upstream", "http://127.0.0.1:9/v1",
+                  "--workspace", str(tmp_path / "ws"))
+    assert bad.returncode == 1 and bad.stderr.startswith("error: --redact 'nowhere_module:f': cannot import")
+    tenants = tmp_path / "t.toml"
+    tenants.write_text('[tenant.default]\nkeys = ["k"]\n')
+    bad = run_cli("serve", "--tenants", str(tenants), "--upstream", "http://127.0.0.1:9/v1", "--workspace",
+                  str(tmp_path / "ws"))
+    assert bad.returncode == 1 and "must be letters" in bad.stderr and len(bad.stderr.strip().splitlines()) == 1
