@@ -418,3 +418,25 @@ async def test_a_from_traffic_run_stopped_by_its_budget_resumes_like_any_run(ser
     finished = await Optimizer(again, store, backend, run_id=run_id).run()
     assert finished.status == "finished" and finished.run_id == stopped.run_id
     assert promote_if_passed(store, run_id).version_id == finished.library.id
+
+
+def test_hostile_requests_with_recording_on_never_get_a_5xx_and_the_writer_survives(served):
+    import random
+
+    from test_server_hostile import assert_openai_error, hostile_body
+
+    clients, store, _, running, recorder = served
+    rng = random.Random(41)
+    ok = 0
+    with httpx.Client(base_url=running.url, timeout=20, headers={"Authorization": "Bearer k-default"}) as client:
+        for _ in range(300):
+            chat = rng.random() < 0.7
+            reply = client.post("/chat/completions" if chat else "/completions", json=hostile_body(rng, chat))
+            if reply.status_code >= 400:
+                assert reply.status_code < 500, reply.text
+                assert_openai_error(reply)
+            else:
+                ok += 1
+    assert ok and recorder.writer.poll() is None
+    real = clients["default"].chat.completions.create(model="m", messages=HI)
+    assert feedback(clients["default"], response_id=real.id, score="up")["score"] == 1.0  # still taking feedback
