@@ -109,7 +109,7 @@ def main() -> None:
                   f"{p(off2, 50) - p(off, 50):+.2f} ms")
         deadline = time.time() + 30
         while time.time() < deadline:
-            with sqlite3.connect(work / "ws-on" / "gym-tf.db") as db:
+            with sqlite3.connect(work / "ws-on" / "traffic.db") as db:
                 stored = db.execute("select count(*) from traffic").fetchone()[0]
                 feedback = db.execute("select count(*) from feedback").fetchone()[0]
             if stored >= sent_on:

@@ -1,6 +1,6 @@
 """Served traffic and user feedback: what `gym-tf serve --record` keeps, and how it becomes problems to learn from.
 
-Two tables in the workspace database, beside the runs and versions:
+Two tables in the workspace's traffic database (`WORKSPACE/traffic.db`, beside the run store's `gym-tf.db`):
 
     traffic    one row per answered request: the response id the client saw (the completion's `id`), the tenant,
                when, the route, the request as the client sent it (after the redaction hook, before the library was
@@ -31,6 +31,10 @@ from gym_tf.errors import ConfigError
 from rewards.answers import extract_answer
 
 DEFAULT_TENANT = "default"
+# A file of its own beside the run store's gym-tf.db: the recording writer commits every 50 ms under traffic, and
+# a writer that busy in gym-tf.db made an optimize run's writes fail at once (SQLITE_BUSY_SNAPSHOT on its
+# deferred transactions, 33 of 400 in a test); here it contends with nothing but feedback.
+TRAFFIC_DB = "traffic.db"
 POSITIVE = 0.5  # a score at or above this makes the served answer a reference; below, a known-bad answer
 
 
@@ -91,7 +95,7 @@ class TrafficLog:
     def __init__(self, workspace: str | Path):
         self.root = Path(workspace)
         self.root.mkdir(parents=True, exist_ok=True)
-        self.db = Database(sqlite3.connect(self.root / "gym-tf.db", check_same_thread=False, timeout=30))
+        self.db = Database(sqlite3.connect(self.root / TRAFFIC_DB, check_same_thread=False, timeout=30))
         self.db.execute("PRAGMA journal_mode=WAL")
         self.db.execute("PRAGMA synchronous=NORMAL")
         self._create()

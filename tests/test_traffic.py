@@ -159,7 +159,7 @@ def test_redaction_runs_before_storage_and_a_failing_hook_keeps_nothing(tmp_path
             assert recorder.writer.poll() is None, hook  # a hook that fails never stops the recorder
             running.stop()
             assert len(found) == expected + (hook == "redactors:mask_digits"), hook
-            stored = b"".join(p.read_bytes() for p in workspace.glob("gym-tf.db*"))  # the file and its WAL
+            stored = b"".join(p.read_bytes() for p in workspace.glob("*.db*"))  # the file and its WAL
             assert b"1234" not in stored, hook  # nowhere in the file, not even in a freed page
             if hook == "redactors:mask_digits":
                 assert found[0]["request"]["messages"][0]["content"] == "What is # times #?"
@@ -440,3 +440,37 @@ def test_hostile_requests_with_recording_on_never_get_a_5xx_and_the_writer_survi
     assert ok and recorder.writer.poll() is None
     real = clients["default"].chat.completions.create(model="m", messages=HI)
     assert feedback(clients["default"], response_id=real.id, score="up")["score"] == 1.0  # still taking feedback
+
+
+async def test_an_optimize_run_in_the_same_workspace_is_not_disturbed_by_recording(tmp_path):
+    """Recording commits as often as traffic allows; in the run store's own file that failed runs at once
+    (`database is locked`: SQLITE_BUSY_SNAPSHOT on the store's deferred transactions)."""
+    import asyncio
+    import threading
+
+    store = RunStore(tmp_path / "ws")
+    process, url, _ = start_fake(tmp_path)
+    running = Running(create_app(Upstream(url), store, None, Recorder(store.root, RecordSettings(flush_s=0.001))))
+    client = openai.OpenAI(base_url=running.url, api_key="x", max_retries=0)
+    stop = threading.Event()
+
+    def traffic():
+        while not stop.is_set():
+            client.chat.completions.create(model="m", messages=HI)
+
+    senders = [threading.Thread(target=traffic) for _ in range(6)]
+    for sender in senders:
+        sender.start()
+    try:
+        await asyncio.sleep(0.5)
+        problems = load_dataset("quickstart")
+        config = OptimizeConfig(dataset="quickstart", limit=16, batch_size=4, group_size=4, epochs=3, seed=1)
+        result = await Optimizer(config, RunStore(store.root), ScriptedBackend(
+            {p.problem: p.answer for p in problems})).run()
+    finally:
+        stop.set()
+        for sender in senders:
+            sender.join()
+        running.stop()
+        process.kill()
+    assert result.status == "finished" and len(rows(store.root, 50, "default")) >= 50
