@@ -310,7 +310,7 @@ class RunStore:
              "reward": r.reward, "created": time.time(), "shown": json.dumps(list(r.shown))}
             for r in rollouts
         ]
-        with self.db.atomic():
+        with self._immediate():  # the write lock first: a deferred BEGIN fails at once if another process wrote
             self.db["rollouts"].insert_all(rows, replace=True, alter=True)
 
     def rollouts(self, run_id: str, step: int | None = None) -> list[Rollout]:
@@ -337,7 +337,7 @@ class RunStore:
         row = {"key": key, "run_id": run_id, "step": step, "stage": stage, "subject": subject, "attempt": attempt,
                "created": time.time(), **fields}
         row["messages"] = json.dumps(row.get("messages", []))
-        with self.db.atomic():
+        with self._immediate():
             self.db["learner_calls"].insert(row, replace=True)
 
     # --- versions and steps -------------------------------------------------------------------------------------

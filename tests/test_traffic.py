@@ -474,3 +474,43 @@ async def test_an_optimize_run_in_the_same_workspace_is_not_disturbed_by_recordi
         running.stop()
         process.kill()
     assert result.status == "finished" and len(rows(store.root, 50, "default")) >= 50
+
+
+def _write_runs_elsewhere(workspace, stop):
+    from gym_tf.rollouts import Rollout
+
+    store = RunStore(workspace)
+    i = 0
+    while not stop.is_set():
+        i += 1
+        store.put_rollouts("other", 0, i, [Rollout(problem_id=str(i), sample=0, messages=[], completion="x",
+                                                   finish_reason="stop", prompt_tokens=1, completion_tokens=1,
+                                                   latency_s=0.0)])
+        store.put_learner_call("other", i, "summarize", "s", 0, messages=[], reply="r", prompt_tokens=1,
+                               completion_tokens=1, valid=1, error=None)
+        time.sleep(0.002)
+
+
+def test_two_processes_writing_one_run_store_never_fail(tmp_path):
+    """`learn --watch` and a hand-started optimize may share a workspace: the store's writes take the lock first."""
+    import multiprocessing
+
+    from gym_tf.rollouts import Rollout
+
+    store = RunStore(tmp_path / "ws")
+    stop = multiprocessing.Event()
+    other = multiprocessing.Process(target=_write_runs_elsewhere, args=(tmp_path / "ws", stop))
+    other.start()
+    try:
+        time.sleep(0.5)
+        for i in range(300):
+            store.put_rollouts("run", 0, i, [Rollout(problem_id=str(i), sample=0, messages=[], completion="x",
+                                                     finish_reason="stop", prompt_tokens=1, completion_tokens=1,
+                                                     latency_s=0.0)])
+            store.put_learner_call("run", i, "summarize", "s", 0, messages=[], reply="r", prompt_tokens=1,
+                                   completion_tokens=1, valid=1, error=None)
+    finally:
+        stop.set()
+        other.join(30)
+    assert other.exitcode == 0
+    assert store.db["rollouts"].count_where("run_id = 'other'") > 10
