@@ -126,7 +126,13 @@ async def watch(store: RunStore, make_config: Callable[[], OptimizeConfig],
                 on_round(f"{fresh} new feedback for {tenant!r}, waiting for {min_feedback}")
                 await asyncio.sleep(interval_s)
                 continue
-            run_id = await run(make_config())
+            try:
+                config = make_config()
+            except ConfigError as exc:  # e.g. nothing labelled to hold out yet: wait for more feedback
+                on_round(f"not learning yet: {exc}")
+                await asyncio.sleep(interval_s)
+                continue
+            run_id = await run(config)
             done.append(promote_if_passed(store, run_id))
             on_round(f"run {run_id}: {done[-1].reason}")
     finally:
