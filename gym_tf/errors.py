@@ -11,7 +11,8 @@
     ├── LibraryError           a library operation or version is invalid
     │   └── UnknownVersion         no library version with that id
     ├── StoreError             the run store cannot satisfy the request
-    │   └── UnknownRun             no run with that id
+    │   ├── UnknownRun             no run with that id
+    │   └── UnknownResponse        no recorded response with that id for that tenant (also a LookupError)
     └── BudgetExhausted        the run's token budget is spent (a clean stop, not a failure)
 """
 
@@ -63,6 +64,10 @@ class StoreError(GymTFError):
 
 
 class UnknownRun(StoreError):
+    pass
+
+
+class UnknownResponse(StoreError, LookupError):
     pass
 
 

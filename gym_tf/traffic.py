@@ -27,7 +27,7 @@ from typing import Any, Iterator, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from sqlite_utils import Database
 
-from gym_tf.errors import ConfigError
+from gym_tf.errors import ConfigError, UnknownResponse
 from rewards.answers import extract_answer
 
 DEFAULT_TENANT = "default"
@@ -128,10 +128,10 @@ class TrafficLog:
 
     def put_feedback(self, tenant: str, feedback: Feedback, key: str) -> bool:
         """Record a key's feedback on a response of this tenant; True if it replaced that key's earlier feedback.
-        The response must have been recorded for this tenant (LookupError if not)."""
+        The response must have been recorded for this tenant (UnknownResponse if not)."""
         with self._immediate():
             if self.find(tenant, feedback.response_id) is None:
-                raise LookupError(feedback.response_id)
+                raise UnknownResponse(feedback.response_id)
             before = self.db.conn.execute(
                 "select 1 from feedback where tenant = ? and response_id = ? and key_id = ?",
                 [tenant, feedback.response_id, key]).fetchone()
