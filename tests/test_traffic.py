@@ -300,10 +300,10 @@ async def test_watch_learns_when_enough_feedback_arrived_and_never_promotes_a_fa
         return (await Optimizer(config, store, backend["model"]).run()).run_id
 
     lines = []
-    task = asyncio.create_task(watch(store, make, run, "acme", min_feedback=6, interval_s=0.05, rounds=1,
+    task = asyncio.create_task(watch(store, make, run, "acme", min_feedback=9, interval_s=0.05, rounds=1,
                                      on_round=lines.append))
     await asyncio.sleep(0.5)
-    assert not task.done() and store.runs() == [] and lines[-1] == "3 new feedback for 'acme', waiting for 6"
+    assert not task.done() and store.runs() == [] and lines[-1] == "3 new feedback for 'acme', waiting for 9"
     await asyncio.to_thread(give, range(3, 9))
     [harmful] = await asyncio.wait_for(task, 60)
     assert harmful.version_id is None and store.served_version_id("acme") is None  # the gate said no
