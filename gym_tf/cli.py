@@ -275,11 +275,24 @@ def optimize(
     learner_base_url: Annotated[Optional[list[str]], typer.Option(
         help="a different server for the learning stages; repeat for replicas")] = None,
     learner_model: Annotated[Optional[str], typer.Option(help="the learning stages' model")] = None,
+    from_traffic: Annotated[bool, typer.Option(help="learn from the requests `serve --record` kept and their "
+                                                    "feedback, instead of --dataset")] = False,
+    tenant: Annotated[str, typer.Option(help="with --from-traffic: whose traffic, and whose library line")] = "default",
+    since: Annotated[Optional[str], typer.Option(help="with --from-traffic: only requests since 7d / 12h / an ISO "
+                                                      "date")] = None,
+    val_fraction: Annotated[float, typer.Option(help="with --from-traffic: share of feedback-labelled requests held "
+                                                     "out as the gate")] = 0.0,
+    traffic_fallback: Annotated[str, typer.Option(help="with --from-traffic: reward for requests without feedback")] = "majority",
+    promote: Annotated[bool, typer.Option(help="serve the result to the tenant if it passed the gate (needs "
+                                               "--val-dataset or --val-fraction)")] = False,
     report_to: ReportTo = "none",
     mlflow_tracking_uri: MlflowUri = None,
     workspace: Workspace = None,
 ) -> None:
     """Learn an experience library for the frozen model (Training-Free GRPO) and print it."""
+    from gym_tf.learn import from_traffic as traffic_config, promote_if_passed
+    from gym_tf.traffic import parse_since
+
     check_target(report_to)
     store = RunStore(workspace)
     if resume:
@@ -300,28 +313,41 @@ def optimize(
             rollout=RolloutConfig(temperature=temperature, max_completion_tokens=max_completion_tokens),
             backend=backend_config(backend, base_url, model, api_key, model_file, concurrency, timeout), learner=learner,
         )
+        if from_traffic:
+            config = traffic_config(store, config, tenant, parse_since(since) if since else 0.0, val_fraction,
+                                    traffic_fallback)
+    if promote and not config.val_dataset:
+        raise ConfigError("--promote needs a gate: --val-dataset, or --val-fraction with --from-traffic")
 
-    async def main():
-        engine = await make_backend(config.backend)
-        learner_engine = await make_backend(config.learner) if config.learner else None
-        try:
-            with progress_bar("starting", None) as advance:
+    result = asyncio.run(run_optimizer(config, store, run_id))
+    print_result(store, result)
+    if promote:
+        console.print(promote_if_passed(store, result.run_id).reason, highlight=False)
 
-                def show(p):
-                    advance(progress_line(p), completed=max(0, p.step - 1), total=p.total_steps, key=(p.epoch, p.step))
 
-                optimizer = Optimizer(config, store, engine, learner_engine, run_id=run_id, on_progress=show)
-                err.print(f"run {optimizer.run_id} on {engine.describe()}", highlight=False)
-                result = await optimizer.run()
-                advance(progress_line(result.progress), total=result.progress.total_steps,
-                        completed=result.progress.total_steps if result.status == "finished" else result.progress.step)
-                return result
-        finally:
-            await engine.aclose()
-            if learner_engine:
-                await learner_engine.aclose()
+async def run_optimizer(config: OptimizeConfig, store: RunStore, run_id: str | None = None) -> Any:
+    """One optimize run (new or resumed) with its backends and a progress bar; the RunResult."""
+    engine = await make_backend(config.backend)
+    learner_engine = await make_backend(config.learner) if config.learner else None
+    try:
+        with progress_bar("starting", None) as advance:
 
-    result = asyncio.run(main())
+            def show(p):
+                advance(progress_line(p), completed=max(0, p.step - 1), total=p.total_steps, key=(p.epoch, p.step))
+
+            optimizer = Optimizer(config, store, engine, learner_engine, run_id=run_id, on_progress=show)
+            err.print(f"run {optimizer.run_id} on {engine.describe()}", highlight=False)
+            result = await optimizer.run()
+            advance(progress_line(result.progress), total=result.progress.total_steps,
+                    completed=result.progress.total_steps if result.status == "finished" else result.progress.step)
+            return result
+    finally:
+        await engine.aclose()
+        if learner_engine:
+            await learner_engine.aclose()
+
+
+def print_result(store: RunStore, result: Any) -> None:
     console.print(library_table(result.library))
     usage = store.usage(result.run_id)
     console.print("tokens by stage: " + ", ".join(f"{s} {u['prompt']}+{u['completion']}" for s, u in usage.items()))
@@ -449,12 +475,18 @@ def library_import(path: Path, workspace: Workspace = None) -> None:
 
 @library_app.command("promote")
 @fails_cleanly
-def library_promote(version: str, workspace: Workspace = None) -> None:
+def library_promote(version: str, tenant: Annotated[str, typer.Option(help="whose served library")] = "default",
+                    workspace: Workspace = None) -> None:
     """Make VERSION the library `gym-tf serve` answers with; running servers switch without a restart."""
+    from gym_tf.errors import ConfigError
+    from gym_tf.tenants import check_tenant, may_serve
+
     store = RunStore(workspace)
     lib = resolve_library(store, version)
-    store.promote(lib.id)
-    console.print(f"serving {lib.id}")
+    if not may_serve(store, lib.id, check_tenant(tenant)):
+        raise ConfigError(f"version {lib.id} was learned from another tenant's traffic: it is never served to {tenant!r}")
+    store.promote(lib.id, name=tenant)
+    console.print(f"serving {lib.id}{'' if tenant == 'default' else ' to tenant ' + tenant}")
 
 
 @app.command()
@@ -482,6 +514,14 @@ def serve(
     signer: Annotated[Optional[str], typer.Option(help="with --follow: the address that must have signed")] = None,
     gateway: Annotated[Optional[str], typer.Option(help="with --follow: read-only IPFS gateway URL")] = None,
     ipfs_api: IpfsApi = None,
+    record: Annotated[bool, typer.Option(help="keep each request, answer and its feedback in the workspace, to "
+                                              "learn from (`optimize --from-traffic`)")] = False,
+    record_max_days: Annotated[float, typer.Option(help="delete recorded exchanges older than this")] = 30.0,
+    record_max_rows: Annotated[int, typer.Option(help="keep at most this many recorded exchanges (newest)")] = 1_000_000,
+    redact: Annotated[Optional[str], typer.Option(help="`module:function` applied to each exchange before it is "
+                                                       "stored; returns it changed, or None to keep nothing")] = None,
+    tenants: Annotated[Optional[Path], typer.Option(help="TOML file of tenants and their keys: each its own "
+                                                         "library, traffic and feedback")] = None,
     workspace: Workspace = None,
 ) -> None:
     """A drop-in OpenAI-compatible endpoint that puts the learned library into every prompt."""
@@ -489,10 +529,14 @@ def serve(
 
     import uvicorn
 
+    from gym_tf.tenants import load_tenants
     from server import ServerConfig, create_app
+    from server.recording import Recorder, RecordSettings
     from server.upstream import Upstream, UpstreamPool, start_embedded
 
     store = RunStore(workspace)
+    owners = load_tenants(tenants) if tenants else {}
+    recorder = Recorder(store.root, RecordSettings(record_max_days, record_max_rows, redact)) if record else None
     if library:
         lib = resolve_library(store, library)
         if Path(library).is_file():
@@ -500,6 +544,7 @@ def serve(
         store.promote(lib.id)
     keys = list(api_key or []) + [k for k in os.environ.get("GYM_TF_SERVER_API_KEYS", "").split(",") if k]
     admins = admin_keys(admin_key)
+    keys += [k for k in owners if k not in keys]
     engine = None  # the embedded llama.cpp server, kept alive while serving
     if upstream:
         members = [Upstream(url, model, upstream_api_key, timeout) for url in upstream]
@@ -515,10 +560,12 @@ def serve(
         follower = Follower(store, follow, ipfs_transport(store, ipfs_api, None, gateway), signer, follow_key,
                             follow_interval)
     app_ = create_app(target, store, ServerConfig(api_keys=keys, max_body_bytes=max_body_bytes,
-                                                  max_library_tokens=max_library_tokens, admin_keys=admins),
-                      follower)
+                                                  max_library_tokens=max_library_tokens, admin_keys=admins,
+                                                  tenants=owners), recorder, follower)
     err.print(f"serving {target.model} from {target.base_url} on http://{host}:{port}/v1; studio on "
-              f"http://{host}:{port}/ui", highlight=False)
+              f"http://{host}:{port}/ui"
+              f"{'; recording to ' + str(store.root) if record else ''}"
+              f"{'; tenants ' + ', '.join(sorted(set(owners.values()))) if owners else ''}", highlight=False)
     uvicorn.run(app_, host=host, port=port, log_level="warning")
     del engine
 
@@ -705,6 +752,111 @@ def verify_anchor_command(tx: str, rpc_url: RpcUrl = "http://127.0.0.1:8545",
     console.print(f"anchor ok: root {result['root']} at tree size {result['tree_size']} (block {result['block']}, "
                   f"sender {result['sender']}); the log has only been appended to since ({result['current_size']} entries)",
                   highlight=False)
+
+
+# --- production traffic: recording switches, learning from it ---------------------------------------------------------
+
+traffic_app = typer.Typer(help="What `serve --record` keeps: pause or resume recording, counts, forgetting.",
+                          no_args_is_help=True)
+app.add_typer(traffic_app, name="traffic")
+Tenant = Annotated[str, typer.Option(help="tenant name (`default`: keys named in no tenants file)")]
+
+
+@traffic_app.command("pause")
+@fails_cleanly
+def traffic_pause(workspace: Workspace = None) -> None:
+    """Kill switch: running servers stop recording within a second (the file WORKSPACE/recording.off)."""
+    from server.recording import KILL_FILE
+
+    path = RunStore(workspace).root / KILL_FILE
+    path.touch()
+    console.print(f"recording paused ({path} exists)", highlight=False)
+
+
+@traffic_app.command("resume")
+@fails_cleanly
+def traffic_resume(workspace: Workspace = None) -> None:
+    """Let running `serve --record` servers record again."""
+    from server.recording import KILL_FILE
+
+    (RunStore(workspace).root / KILL_FILE).unlink(missing_ok=True)
+    console.print("recording resumed")
+
+
+@traffic_app.command("stats")
+@fails_cleanly
+def traffic_stats(tenant: Tenant = "default", since: Annotated[Optional[str], typer.Option(help="7d / 12h / ISO date")] = None,
+                  workspace: Workspace = None) -> None:
+    """Recorded requests and feedback of one tenant."""
+    from gym_tf.traffic import TrafficLog, parse_since
+
+    log = TrafficLog(RunStore(workspace).root)
+    print_json({"tenant": tenant, **log.counts(tenant, parse_since(since) if since else 0.0)})
+
+
+@traffic_app.command("forget")
+@fails_cleanly
+def traffic_forget(tenant: Tenant, workspace: Workspace = None) -> None:
+    """Delete every recorded request and feedback of a tenant."""
+    from gym_tf.traffic import TrafficLog
+
+    console.print(f"deleted {TrafficLog(RunStore(workspace).root).forget(tenant)} recorded requests of {tenant!r}")
+
+
+@app.command()
+@fails_cleanly
+def learn(
+    watch: Annotated[bool, typer.Option(help="keep going: learn again whenever enough new feedback arrived")] = False,
+    tenant: Tenant = "default",
+    min_feedback: Annotated[int, typer.Option(help="new feedback rows that start a learning run")] = 20,
+    interval: Annotated[float, typer.Option(help="seconds between looks at the feedback count")] = 60.0,
+    rounds: Annotated[Optional[int], typer.Option(help="stop after this many learning runs")] = None,
+    since: Annotated[Optional[str], typer.Option(help="only requests since 7d / 12h / an ISO date")] = None,
+    val_fraction: Annotated[float, typer.Option(help="share of feedback-labelled requests held out as the gate")] = 0.3,
+    val_dataset: Annotated[Optional[str], typer.Option(help="a fixed gate instead of the held-out slice")] = None,
+    traffic_fallback: Annotated[str, typer.Option(help="reward for requests without feedback")] = "majority",
+    reward: Annotated[str, typer.Option(help="reward against a corrected or approved answer")] = "math",
+    epochs: int = 1,
+    batch_size: Annotated[int, typer.Option(help="problems per step")] = 8,
+    group_size: Annotated[int, typer.Option("--group-size", "-G", help="answers per problem")] = 4,
+    max_completion_tokens: Annotated[int, typer.Option(help="longest answer, tokens")] = 512,
+    backend: BackendKind = "auto",
+    base_url: BaseUrl = None,
+    model: Model = None,
+    api_key: ApiKey = None,
+    model_file: ModelFile = None,
+    concurrency: Concurrency = 8,
+    timeout: Timeout = 600.0,
+    workspace: Workspace = None,
+) -> None:
+    """Learn from a tenant's recorded traffic and feedback, gated, and serve what passes (with --watch, forever)."""
+    from gym_tf.errors import ConfigError
+    from gym_tf.learn import from_traffic as traffic_config, promote_if_passed, watch as watch_feedback
+    from gym_tf.traffic import parse_since
+
+    if not val_dataset and not val_fraction:
+        raise ConfigError("learn always gates: give --val-fraction > 0 or --val-dataset")
+    store = RunStore(workspace)
+    base = OptimizeConfig(dataset="traffic", epochs=epochs, batch_size=batch_size, group_size=group_size,
+                          reward=reward, val_dataset=val_dataset,
+                          rollout=RolloutConfig(max_completion_tokens=max_completion_tokens),
+                          backend=backend_config(backend, base_url, model, api_key, model_file, concurrency, timeout))
+
+    def make_config() -> OptimizeConfig:
+        return traffic_config(store, base, tenant, parse_since(since) if since else 0.0,
+                              0.0 if val_dataset else val_fraction, traffic_fallback)
+
+    async def one_run(config: OptimizeConfig) -> str:
+        result = await run_optimizer(config, store)
+        print_result(store, result)
+        return result.run_id
+
+    if not watch:
+        run_id = asyncio.run(one_run(make_config()))
+        console.print(promote_if_passed(store, run_id).reason, highlight=False)
+        return
+    asyncio.run(watch_feedback(store, make_config, one_run, tenant, min_feedback, interval, rounds,
+                               on_round=lambda line: err.print(line, highlight=False)))
 
 
 def main() -> None:  # pragma: no cover - `python -m gym_tf`

@@ -21,6 +21,20 @@ class RolloutConfig(BaseModel):
         return Sampling(temperature=self.temperature, top_p=self.top_p, max_tokens=self.max_completion_tokens)
 
 
+class TrafficSource(BaseModel):
+    """Where a from-traffic run's problems came from: whose traffic, which time range, how rows without feedback are
+    scored. Recorded with the run, so every version it makes is known to belong to that tenant."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    tenant: str = Field("default", description="the tenant whose recorded traffic and feedback are learned from")
+    since: float = Field(0.0, description="first recorded request used (epoch seconds)")
+    until: float = Field(description="last recorded request used (epoch seconds): the run's start")
+    fallback_reward: str = Field("majority", description="reward for requests without a reference answer: one that "
+                                 "needs none (majority, regex, module:function), or `judge` (sees the user's comment)")
+    val_fraction: float = Field(0.0, ge=0, lt=1, description="share of feedback-labelled requests held out as the gate")
+
+
 class OptimizeConfig(BaseModel):
     """Everything that decides what a run learns. Recorded, with its hash, in the run store."""
 
@@ -58,6 +72,8 @@ class OptimizeConfig(BaseModel):
     start_library: str = Field("empty", description="library version to start from")
     backend: BackendConfig = Field(default_factory=BackendConfig, description="the frozen model answering problems")
     learner: BackendConfig | None = Field(None, description="a different model for the learning stages (default: same)")
+    traffic: TrafficSource | None = Field(None, description="set when the problems are recorded traffic "
+                                          "(`--from-traffic`): rewards then come from user feedback first")
 
     @model_validator(mode="after")
     def _rules(self) -> "OptimizeConfig":
@@ -70,6 +86,8 @@ class OptimizeConfig(BaseModel):
         data = self.model_dump(mode="json")
         data["backend"] = self.backend.recorded()
         data["learner"] = self.learner.recorded() if self.learner else None
+        if self.traffic is None:
+            del data["traffic"]  # dataset runs keep the config hash they had before traffic runs existed
         return data
 
     def render_policy(self) -> RenderPolicy:

@@ -12,7 +12,8 @@
     │   └── UnknownVersion         no library version with that id
     ├── StoreError             the run store cannot satisfy the request
     │   ├── UnknownRun             no run with that id
-    │   └── UnknownRecord          no stored rollout, learner call, item or evaluation with that id
+    │   ├── UnknownRecord          no stored rollout, learner call, item or evaluation with that id
+    │   └── UnknownResponse        no recorded response with that id for that tenant (also a LookupError)
     └── BudgetExhausted        the run's token budget is spent (a clean stop, not a failure)
 """
 
@@ -70,6 +71,10 @@ class UnknownRun(StoreError):
 
 
 class UnknownRecord(StoreError):
+    pass
+
+
+class UnknownResponse(StoreError, LookupError):
     pass
 
 

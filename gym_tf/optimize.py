@@ -24,6 +24,8 @@ from gym_tf.metrics import paired_difference
 from gym_tf.rollouts import Rollout, rollout_many
 from gym_tf.store import RunStore, config_hash, rollout_key
 from rewards import ANSWER_FREE, load_reward
+from rewards.feedback import FeedbackReward
+from rewards.judge import FeedbackJudge
 
 
 @dataclass
@@ -67,8 +69,10 @@ class Optimizer:
         self.on_progress = on_progress or (lambda p: None)
         self.progress = Progress()
         self.val_baseline: float | None = None  # validation mean of the starting library, when gated
+        # recorded traffic has answers only where users gave feedback: the feedback reward handles the rest
         self.problems = open_dataset(config.dataset, config.problem_field, config.answer_field,
-                                     require_answer=config.reward not in ANSWER_FREE, limit=config.limit)
+                                     require_answer=config.reward not in ANSWER_FREE and config.traffic is None,
+                                     limit=config.limit)
         self.val_problems = (
             load_dataset(config.val_dataset, config.problem_field, config.answer_field,
                          require_answer=config.reward not in ANSWER_FREE)
@@ -89,6 +93,10 @@ class Optimizer:
         if run_id is not None:
             store.claim_run(self.run_id)  # refuses while another live process holds the run
         self.reward = load_reward(config.reward, judge_backend=JudgeCalls(self.learner_backend, store, self.run_id))
+        if config.traffic is not None:  # user feedback where it exists, the configured fallback where it does not
+            fallback = config.traffic.fallback_reward
+            judge = JudgeCalls(self.learner_backend, store, self.run_id)
+            self.reward = FeedbackReward(self.reward, FeedbackJudge(judge) if fallback == "judge" else load_reward(fallback))
         self.learner = LearnerCalls(self.learner_backend, store, self.run_id, config.learner_sampling(),
                                     config.max_attempts)
 
@@ -252,8 +260,15 @@ class Optimizer:
         for group in complete.values():
             self._saw(group)
         fresh = await rollout_many(self.backend, missing, library, cfg.group_size, cfg.rollout.sampling(), self.reward,
-                                   cfg.seed, f"train:{epoch}", on_group=keep)
+                                   cfg.seed, f"train:{epoch}", on_group=keep, given=self._served_answer)
         return {**complete, **fresh}
+
+    def _served_answer(self, problem: Problem) -> tuple[str, ...]:
+        """From traffic, the answer a user judged is one member of its group (scored by what the user said)."""
+        row = problem.row
+        if self.config.traffic is None or row.get("label") in (None, "none") or not row.get("served_answer"):
+            return ()
+        return (row["served_answer"],)
 
     async def _summaries(self, step: int, problems: list[Problem], groups: dict[str, list[Rollout]],
                          library: LibraryVersion) -> dict[str, list[tuple[Rollout, str]]]:

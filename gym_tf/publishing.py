@@ -141,8 +141,8 @@ def verify_ledger(store: RunStore) -> tuple[int, str]:
 
     Every leaf re-hashes to the root and names the version row that points back to it; every version row hashes to
     its id, points to a leaf about that very version, and agrees with it on parent, run, step and status (and on
-    the evaluation and config hash where the entry records their digests); the serving pointer names a verified
-    version. A row inserted or edited by hand therefore fails, whatever its `leaf_index` says.
+    the evaluation and config hash where the entry records their digests); every promotion leaf (gym_tf.learn) has
+    its promotion row, agreeing on version, tenant, run and evidence; the serving pointer names a verified version. A row inserted or edited by hand therefore fails, whatever its `leaf_index` says.
     """
     log = store.ledger
     root = log.audit()
@@ -150,10 +150,20 @@ def verify_ledger(store: RunStore) -> tuple[int, str]:
     for row in rows:
         _verify_row(log, row)
     versions = {row["id"]: row["leaf_index"] for row in rows}
+    promotions = {row["leaf_index"]: row for row in store.db.query("select * from promotions")} \
+        if "promotions" in store.db.table_names() else {}
     for index in range(1, log.size + 1):
-        named = _parse_entry(log.entry(index), f"ledger leaf {index}").get("version")
+        entry = _parse_entry(log.entry(index), f"ledger leaf {index}")
+        if entry.get("kind") == "promotion":
+            _verify_promotion(entry, promotions.pop(index, None), index, versions)
+            continue
+        named = entry.get("version")
         if versions.get(named) != index:
             raise TamperedError(f"ledger leaf {index}: names version {named}, which the store does not hold at that leaf")
+    if promotions:
+        index, row = next(iter(promotions.items()))
+        raise TamperedError(f"promotion of {row['version_id']} to {row['tenant']!r}: its leaf_index {index} names "
+                            "no promotion leaf")
     for pointer in store.db.query("select name, version_id from serving"):
         if pointer["version_id"] not in versions:
             raise TamperedError(f"serving pointer {pointer['name']!r}: names {pointer['version_id']}, "
@@ -183,6 +193,21 @@ def _verify_row(log: Any, row: dict[str, Any]) -> None:
             raise TamperedError(f"{name}: its {field} is {stored!r}, but its ledger leaf {index} records {logged!r}")
     if "evaluation_sha256" in entry and _digest(row["evaluation"]) != entry["evaluation_sha256"]:
         raise TamperedError(f"{name}: its evaluation is not the one its ledger leaf {index} records")
+
+
+def _verify_promotion(entry: dict[str, Any], row: dict[str, Any] | None, index: int, versions: dict[str, int]) -> None:
+    """A promotion leaf has its row (gym_tf.learn), agreeing on what, to whom, by which run, and on the evidence."""
+    if row is None:
+        raise TamperedError(f"ledger leaf {index}: a promotion the store does not hold at that leaf")
+    checks = [("version", row["version_id"], entry.get("version")), ("tenant", row["tenant"], entry.get("tenant")),
+              ("run", row["run_id"], entry.get("run")), ("replaced", row["replaced"], entry.get("replaced"))]
+    for field, stored, logged in checks:
+        if stored != logged:
+            raise TamperedError(f"promotion at ledger leaf {index}: its {field} is {stored!r}, the leaf records {logged!r}")
+    if _digest(row["evidence"]) != entry.get("evidence_sha256"):
+        raise TamperedError(f"promotion at ledger leaf {index}: its evidence is not the one the leaf records")
+    if entry.get("version") not in versions:
+        raise TamperedError(f"promotion at ledger leaf {index}: names {entry.get('version')}, not a recorded version")
 
 
 def _digest(stored_json: str | None) -> str:

@@ -16,7 +16,7 @@ import time
 from dataclasses import dataclass, replace
 from typing import Any, Awaitable, Callable
 
-from gym_tf.backends import Backend, Sampling
+from gym_tf.backends import Backend, Choice, Sampling
 from gym_tf.datasets import Problem
 from gym_tf.errors import GymTFError, RewardError
 from gym_tf.library import EMPTY_LIBRARY, LibraryVersion, render_items, select_items, with_library
@@ -109,15 +109,19 @@ async def rollout_group(
     group_size: int,
     sampling: Sampling,
     reward: Callable[..., Any],
+    given: tuple[str, ...] = (),
 ) -> list[Rollout]:
-    """Sample `group_size` answers in one request (servers that share the prefix) and score them."""
+    """Sample `group_size` answers in one request (servers that share the prefix) and score them. Answers `given`
+    in advance (a served answer a user gave feedback on) take the group's last places and are scored with it."""
     messages, shown = build_messages(problem, library)
     start = time.perf_counter()
-    generation = await backend.generate(messages, n=group_size, **sampling.__dict__)
+    generation = await backend.generate(messages, n=group_size - len(given), **sampling.__dict__)
     elapsed = time.perf_counter() - start
-    texts = [c.text for c in generation.choices]
+    sampled = len(generation.choices)
+    choices = [*generation.choices, *(Choice(text=text, finish_reason="stop", completion_tokens=0) for text in given)]
+    texts = [c.text for c in choices]
     rewards = await score(reward, problem, texts)
-    share = generation.prompt_tokens // max(1, len(texts))
+    share = generation.prompt_tokens // max(1, sampled)
     return [
         Rollout(
             problem_id=problem.id,
@@ -125,14 +129,14 @@ async def rollout_group(
             messages=messages,
             completion=choice.text,
             finish_reason=choice.finish_reason,
-            prompt_tokens=share if i else generation.prompt_tokens - share * (len(texts) - 1),
+            prompt_tokens=0 if i >= sampled else share if i else generation.prompt_tokens - share * (sampled - 1),
             completion_tokens=choice.completion_tokens,
-            latency_s=elapsed,
+            latency_s=elapsed if i < sampled else 0.0,
             reward=r,
-            library_version=library.id,
-            shown=shown,
+            library_version=library.id if i < sampled else "served",
+            shown=shown if i < sampled else (),
         )
-        for i, (choice, r) in enumerate(zip(generation.choices, rewards))
+        for i, (choice, r) in enumerate(zip(choices, rewards))
     ]
 
 
@@ -146,15 +150,17 @@ async def rollout_many(
     seed: int,
     seed_key: object = "",
     on_group: Callable[[Problem, list[Rollout]], Awaitable[None] | None] | None = None,
+    given: Callable[[Problem], tuple[str, ...]] = lambda problem: (),
 ) -> dict[str, list[Rollout]]:
     """Roll out every problem's group concurrently (the backend caps what runs at once).
 
-    `on_group` sees each group as soon as it is scored, so the caller can store it before the batch ends.
+    `on_group` sees each group as soon as it is scored, so the caller can store it before the batch ends; `given`
+    names answers that join a problem's group without being sampled.
     """
 
     async def one(problem: Problem) -> tuple[str, list[Rollout]]:
         params = replace(sampling, seed=group_seed(seed, seed_key, problem.id))
-        group = await rollout_group(backend, problem, library, group_size, params, reward)
+        group = await rollout_group(backend, problem, library, group_size, params, reward, given(problem))
         if on_group is not None:
             maybe = on_group(problem, group)
             if inspect.isawaitable(maybe):

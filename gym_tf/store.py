@@ -326,7 +326,7 @@ class RunStore:
              "reward": r.reward, "created": time.time(), "shown": json.dumps(list(r.shown))}
             for r in rollouts
         ]
-        with self.db.atomic():
+        with self._immediate():  # the write lock first: a deferred BEGIN fails at once if another process wrote
             self.db["rollouts"].insert_all(rows, replace=True, alter=True)
 
     def rollouts(self, run_id: str, step: int | None = None) -> list[Rollout]:
@@ -353,7 +353,7 @@ class RunStore:
         row = {"key": key, "run_id": run_id, "step": step, "stage": stage, "subject": subject, "attempt": attempt,
                "created": time.time(), **fields}
         row["messages"] = json.dumps(row.get("messages", []))
-        with self.db.atomic():
+        with self._immediate():
             self.db["learner_calls"].insert(row, replace=True)
 
     # --- versions and steps -------------------------------------------------------------------------------------
@@ -381,6 +381,13 @@ class RunStore:
                            "config_hash": config_hash,
                            "evaluation_sha256": hashlib.sha256(canonical(evaluation or {})).hexdigest()})
         self.db.execute("INSERT INTO leaf(entry, hash) VALUES (?, ?)", [entry, leaf_hash(entry)])
+        return self.db.execute("SELECT max(id) FROM leaf").fetchone()[0]
+
+    def log_event(self, entry: dict[str, Any]) -> int:
+        """Append an entry that is not a version (a promotion) to the Merkle log; its leaf index. Call it inside the
+        transaction that records the event, so both commit together."""
+        data = canonical(entry)
+        self.db.execute("INSERT INTO leaf(entry, hash) VALUES (?, ?)", [data, leaf_hash(data)])
         return self.db.execute("SELECT max(id) FROM leaf").fetchone()[0]
 
     def version(self, ref: str) -> LibraryVersion:

@@ -54,3 +54,40 @@ class LLMJudge:
         if verdict.startswith("CORRECT"):
             return 1.0
         return None  # the judge said neither: no signal rather than a guess
+
+
+FEEDBACK_JUDGE_PROMPT = """You grade answers to a user's request. There is no reference answer.
+
+Request:
+{problem}
+{feedback}
+Candidate response:
+{completion}
+
+Does the candidate answer the request correctly and helpfully{also}? Reply with one word: CORRECT or INCORRECT."""
+
+
+class FeedbackJudge(LLMJudge):
+    """A judge for recorded traffic without a reference answer: it sees the request and, where a user commented on
+    the answer they were served, that answer and the comment (`rewards.feedback` passes them as columns).
+
+    >>> await FeedbackJudge(backend)(["... 12"], problem="6+6?", comment="show the steps", served_answer="12")
+    [0.0]
+    """
+
+    async def __call__(self, completions: list[str], problem: str = "", comment: str | None = None,
+                       served_answer: str | None = None, **_: object) -> list[float | None]:
+        feedback = ""
+        if comment:
+            feedback = f"\nA user was served this answer:\n{served_answer or ''}\nand commented:\n{comment}\n"
+        also = ", taking the user's comment into account" if comment else ""
+        return list(await asyncio.gather(*(
+            self._ask(FEEDBACK_JUDGE_PROMPT.format(problem=problem, feedback=feedback, completion=c, also=also))
+            for c in completions)))
+
+    async def _ask(self, prompt: str) -> float | None:
+        reply = await self.backend.generate(
+            [{"role": "user", "content": prompt}], n=1, temperature=0.0, max_tokens=self.max_tokens
+        )
+        verdict = reply.choices[0].text.strip().upper()
+        return 0.0 if verdict.startswith("INCORRECT") else 1.0 if verdict.startswith("CORRECT") else None

@@ -21,8 +21,11 @@ from gym_tf.library import (EMPTY_LIBRARY, LibraryVersion, render_library, reque
                             with_policy)
 from gym_tf.store import RunStore
 from gym_tf.studio import StudioConfig, create_studio, favicon
-from server import proxy
+from gym_tf.tenants import may_serve
+from gym_tf.traffic import DEFAULT_TENANT, key_id
+from server import feedback, proxy
 from server.errors import OpenAIError
+from server.recording import Recorder
 from server.upstream import Upstream
 
 if TYPE_CHECKING:
@@ -41,6 +44,7 @@ class ServerConfig:
     max_n: int = 128  # OpenAI's own cap; a fan-out upstream gets at most this many requests per request
     admin_keys: list[str] = field(default_factory=list)  # also API keys; they alone may act in the studio
     studio: bool = True  # the studio's pages under /ui (they check the same keys themselves)
+    tenants: dict[str, str] = field(default_factory=dict)  # API key -> tenant (gym_tf.tenants); others: default
 
 
 class LibraryRegistry:
@@ -57,21 +61,32 @@ class LibraryRegistry:
         self.max_tokens = max_tokens
         self._versions = {"empty": EMPTY_LIBRARY}
         self._rendering: dict[str, LibraryVersion] = {}
+        self._owned: dict[tuple[str, str], bool] = {}
 
-    def resolve(self, pinned: str | None) -> LibraryVersion:
-        """The recorded version answering a request (its id is what responses report and pins name)."""
-        ref = pinned or self.store.served_version_id() or "empty"
-        if ref in self._versions:
+    def resolve(self, pinned: str | None, tenant: str = DEFAULT_TENANT) -> LibraryVersion:
+        """The recorded version answering a request (its id is what responses report and pins name). A tenant is
+        served its own line only: its own pointer (none: the empty library), and pins of its own versions."""
+        ref = pinned or self.store.served_version_id(tenant) or "empty"
+        if ref in self._versions and self.owned(self._versions[ref].id, tenant):
             return self._versions[ref]
         try:
             version = self.store.version(ref)
         except UnknownVersion as exc:
             raise OpenAIError(404, f"unknown library version: {exc}", code="library_not_found") from None
+        if not self.owned(version.id, tenant):  # the same answer as for a version that does not exist
+            raise OpenAIError(404, f"unknown library version: no library version {ref!r}", code="library_not_found")
         if ref != version.id and self.store.version_row(version.id)["status"] == "rejected":
             raise OpenAIError(404, f"library version {ref!r} was rejected by its run; pin its full id to serve it",
                               code="library_not_found")
         self._versions.setdefault(version.id, version)
         return version
+
+    def owned(self, version_id: str, tenant: str) -> bool:
+        """Whether a tenant may be served a version (cached: a version's owner never changes)."""
+        key = (version_id, tenant)
+        if key not in self._owned:
+            self._owned[key] = may_serve(self.store, version_id, tenant)
+        return self._owned[key]
 
     def text(self, version: LibraryVersion, query: str) -> str:
         """The library text for a request: the items `select_items` picks for its text, as in optimize and eval,
@@ -106,8 +121,9 @@ def split_model(model: str | None) -> str | None:
 
 
 def create_app(upstream: Upstream, store: RunStore, config: ServerConfig | None = None,
-               follower: Follower | None = None) -> FastAPI:
-    """The proxy. With a `follower`, this server is a replica serving what its primary serves (server/follow.py)."""
+               recorder: Recorder | None = None, follower: Follower | None = None) -> FastAPI:
+    """The app. With a `recorder` (server.recording), every answered request is recorded and feedback is taken;
+    with a `follower`, this server is a replica serving what its primary serves (server.follow)."""
     config = config or ServerConfig()
 
     @contextlib.asynccontextmanager
@@ -120,6 +136,8 @@ def create_app(upstream: Upstream, store: RunStore, config: ServerConfig | None 
             following.cancel()
             await follower.aclose()
         await upstream.aclose()
+        if recorder is not None:
+            recorder.close()
 
     app = FastAPI(title="gym-tf", docs_url=None, redoc_url=None, lifespan=lifespan)
     registry = LibraryRegistry(store, config.max_library_tokens)
@@ -130,6 +148,7 @@ def create_app(upstream: Upstream, store: RunStore, config: ServerConfig | None 
     if config.studio:
         app.mount(STUDIO_PATH, create_studio(store, StudioConfig(config.api_keys, config.admin_keys)))
         app.add_route("/favicon.ico", favicon)
+    feedback.register(app, recorder, _json_body)
 
     @app.exception_handler(OpenAIError)
     async def openai_error(request: Request, exc: OpenAIError):
@@ -178,10 +197,12 @@ def create_app(upstream: Upstream, store: RunStore, config: ServerConfig | None 
         return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
     @app.get("/v1/models")
-    async def models():
+    async def models(request: Request):
         now, model = int(time.time()), await upstream.model_name()
+        tenant = _tenant(request)
         ids = [model] + [f"{model}@{short(v['id'])}" for v in store.versions()
-                         if v["status"] in ("promoted", "imported") and v["id"] != EMPTY_LIBRARY.id]
+                         if v["status"] in ("promoted", "imported") and v["id"] != EMPTY_LIBRARY.id
+                         and registry.owned(v["id"], tenant)]
         return {"object": "list", "data": [{"id": i, "object": "model", "created": now, "owned_by": "gym-tf"} for i in ids]}
 
     @app.post("/v1/chat/completions")
@@ -190,8 +211,8 @@ def create_app(upstream: Upstream, store: RunStore, config: ServerConfig | None 
         version = _version(request, body)
         _check(body, config.max_n, chat=True)
         text = registry.text(version, request_text(body["messages"]))
-        body = {**body, "model": await upstream.model_name(), "messages": with_library(body["messages"], text)}
-        return await _forward(request, "/chat/completions", body, version)
+        asked, body = body, {**body, "model": await upstream.model_name(), "messages": with_library(body["messages"], text)}
+        return await _forward(request, "/chat/completions", body, version, asked)
 
     @app.post("/v1/completions")
     async def completions(request: Request):
@@ -200,23 +221,28 @@ def create_app(upstream: Upstream, store: RunStore, config: ServerConfig | None 
         _check(body, config.max_n, chat=False)
         prompt = body.get("prompt")
         text = registry.text(version, prompt if isinstance(prompt, str) else "")
-        body = {**body, "model": await upstream.model_name(), "prompt": _inject_prompt(body.get("prompt"), text)}
-        return await _forward(request, "/completions", body, version)
+        asked, body = body, {**body, "model": await upstream.model_name(), "prompt": _inject_prompt(body.get("prompt"), text)}
+        return await _forward(request, "/completions", body, version, asked)
 
     def _version(request: Request, body: dict[str, Any]) -> LibraryVersion:
         if not isinstance(body.get("model", ""), str):
             raise OpenAIError(400, "model must be a string", param="model")
-        version = registry.resolve(split_model(body.get("model")) or request.headers.get(LIBRARY_HEADER))
+        version = registry.resolve(split_model(body.get("model")) or request.headers.get(LIBRARY_HEADER), _tenant(request))
         request.state.library_version = version.id
         return version
 
-    async def _forward(request: Request, path: str, body: dict[str, Any], version: LibraryVersion):
+    async def _forward(request: Request, path: str, body: dict[str, Any], version: LibraryVersion,
+                       asked: dict[str, Any]):
         headers = {VERSION_HEADER: version.id}
         start = time.perf_counter()
+        # what a recorded exchange needs from the request path; the recorder's writer process does the rest
+        meta = {"tenant": _tenant(request), "created": time.time(), "route": path, "model": body["model"],
+                "library_version": version.id, "request": asked} if recorder and recorder.active() else None
         if body.get("stream"):
             async def events():
+                relayed = proxy.relay(proxy.stream(upstream, path, body), metrics.usage)
                 try:
-                    async for chunk in proxy.relay(proxy.stream(upstream, path, body), metrics.usage):
+                    async for chunk in recorder.capture(meta, relayed, start) if meta else relayed:
                         yield chunk
                 finally:
                     metrics.latency.labels(path).observe(time.perf_counter() - start)
@@ -229,14 +255,21 @@ def create_app(upstream: Upstream, store: RunStore, config: ServerConfig | None 
         metrics.requests.labels(path, str(status)).inc()
         if status < 400:
             metrics.usage(reply.get("usage"))
+            if meta:
+                recorder.completed(meta, reply, time.perf_counter() - start)
         return JSONResponse(reply, status_code=status, headers=headers)
 
     return app
 
 
+def _tenant(request: Request) -> str:
+    return (request.scope.get("state") or {}).get("tenant", DEFAULT_TENANT)
+
+
 class Guard:
     """API keys and the declared body size limit, as plain ASGI: Starlette's BaseHTTPMiddleware would sit in
-    every streamed chunk's path (measured in benchmarks/proxy_overhead.py)."""
+    every streamed chunk's path (measured in benchmarks/proxy_overhead.py). The key that matched names the
+    request's tenant (`scope["state"]["tenant"]`) and, as a digest, who gave feedback (`key_id`)."""
 
     def __init__(self, app, config: ServerConfig):
         self.app = app
@@ -251,22 +284,27 @@ class Guard:
             # the studio checks the same keys itself (a browser sends them as a cookie)
             studio = self.config.studio and ((scope["path"] + "/").startswith(STUDIO_PATH + "/")
                                              or scope["path"] == "/favicon.ico")
-            if self.config.api_keys and scope["path"] != "/health" and not studio \
-                    and not _authorized(headers.get("authorization", ""), self.config.api_keys + self.config.admin_keys):
+            keys = self.config.api_keys + self.config.admin_keys
+            key = _authorized(headers.get("authorization", ""), keys) if keys else ""
+            if self.config.api_keys and scope["path"] != "/health" and not studio and key is None:
                 error = OpenAIError(401, "invalid or missing API key", code="invalid_api_key")
             elif length.isdigit() and int(length) > self.config.max_body_bytes:
                 error = OpenAIError(413, f"request body over {self.config.max_body_bytes} bytes")
             if error is not None:
                 await error.response()(scope, receive, send)
                 return
+            state = scope.setdefault("state", {})
+            state["tenant"] = self.config.tenants.get(key or "", DEFAULT_TENANT)
+            state["key_id"] = key_id(key) if key else "anonymous"
         await self.app(scope, receive, send)
 
 
-def _authorized(header: str, keys: list[str]) -> bool:
+def _authorized(header: str, keys: list[str]) -> str | None:
+    """The key the header carries, if it is one of `keys`; else None."""
     scheme, _, token = header.partition(" ")
     # compare against every key, so the time taken does not reveal which one (if any) matched
     matches = [hmac.compare_digest(token.encode(), key.encode()) for key in keys]
-    return scheme.lower() == "bearer" and any(matches)
+    return keys[matches.index(True)] if scheme.lower() == "bearer" and any(matches) else None
 
 
 MAX_JSON_DEPTH = 512

@@ -5,7 +5,7 @@ answers deterministically. Runs as its own process so a test can kill it mid-str
 
 A stream misbehaves on request, by the last message's content: `bad-line` sends an unparsable event after the
 first word, `no-usage` never sends usage, `usage-in-last` folds usage into the last choice chunk (as llama.cpp's
-/completions does). GET /stats reports the most requests it ever had in flight at once.
+/completions does), `linger` holds the connection open 2 s after [DONE]. GET /stats reports the most requests it ever had in flight at once.
 """
 
 import asyncio
@@ -85,6 +85,8 @@ async def answer(body):
             if wants_usage and mode != "usage-in-last":
                 yield f"data: {json.dumps({**ident, 'object': 'chat.completion.chunk', 'choices': [], 'usage': usage})}\n\n"
             yield "data: [DONE]\n\n"
+            if mode == "linger":
+                await asyncio.sleep(2.0)
         finally:
             in_flight["now"] -= 1
 

@@ -1,0 +1,126 @@
+"""What `gym-tf serve --record` adds: streaming latency with recording on versus off, measured in the same run.
+
+    python benchmarks/recording_overhead.py [--streams 64] [--requests-per-client 4] [--rounds 3]
+
+Two `gym-tf serve` processes front the same fake upstream (tests/fake_upstream.py; by default 32 chunks 20 ms apart,
+a served model's pace at 50 tokens/s), one with `--record`, one without. Each round runs both arms, in alternating
+order, with `--streams` concurrent streaming clients; per-request latencies of all rounds are pooled per arm. It
+prints p50 / p99 per arm, the added p50 (on - off; target: within 1 ms) and the ratio, then checks that every
+request of the recording arm was recorded (the writer thread keeps up). Feedback is posted on a few responses too.
+`--noise-floor` adds a second server without recording (an A/A arm): the off - off difference shows how much of
+the on - off difference a busy machine makes up by itself.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sqlite3
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import httpx
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests"))
+from conftest import free_port, wait_for  # noqa: E402
+
+BODY = {"model": "m", "messages": [{"role": "user", "content": "What is 6 times 7?"}], "stream": True}
+
+
+async def one(client: httpx.AsyncClient, url: str) -> tuple[float, str]:
+    start = time.perf_counter()
+    ident = ""
+    async with client.stream("POST", f"{url}/chat/completions", json=BODY) as reply:
+        reply.raise_for_status()
+        async for line in reply.aiter_lines():
+            if not ident and line.startswith("data: {"):
+                ident = line.split('"id": "', 1)[-1].split('"', 1)[0]
+            if line == "data: [DONE]":
+                break
+    return time.perf_counter() - start, ident
+
+
+async def arm(url: str, clients: int, per_client: int) -> tuple[list[float], list[str]]:
+    limits = httpx.Limits(max_connections=clients + 8, max_keepalive_connections=clients + 8)
+    async with httpx.AsyncClient(limits=limits, timeout=60) as client:
+        await one(client, url)  # warm the pool
+
+        async def worker():
+            return [await one(client, url) for _ in range(per_client)]
+
+        results = [r for batch in await asyncio.gather(*(worker() for _ in range(clients))) for r in batch]
+        for _, ident in results[:8]:  # feedback rides along, as in production
+            await client.post(f"{url}/feedback", json={"response_id": ident, "score": "up"})
+    return [r[0] for r in results], [r[1] for r in results]
+
+
+def p(values: list[float], q: int) -> float:
+    return statistics.quantiles(values, n=100)[q - 1] * 1000
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--streams", type=int, default=64)
+    parser.add_argument("--requests-per-client", type=int, default=4)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--chunk-delay", type=float, default=0.02)
+    parser.add_argument("--chunks", type=int, default=32)
+    parser.add_argument("--noise-floor", action="store_true", help="add a second server without recording")
+    args = parser.parse_args()
+    work = Path(tempfile.mkdtemp())
+    up_port = free_port()
+    upstream = subprocess.Popen([sys.executable, str(ROOT / "tests" / "fake_upstream.py"), str(up_port),
+                                 str(work / "record.jsonl"), "1", str(args.chunk_delay), str(args.chunks)])
+    servers, urls = {}, {}
+    try:
+        wait_for(f"http://127.0.0.1:{up_port}/v1/models", upstream, 30)
+        arms = [("off", []), ("on", ["--record"])] + ([("off2", [])] if args.noise_floor else [])
+        for name, flags in arms:
+            port = free_port()
+            servers[name] = subprocess.Popen(
+                [sys.executable, "-m", "gym_tf", "serve", "--upstream", f"http://127.0.0.1:{up_port}/v1", "--model",
+                 "fake-model", "--port", str(port), "--workspace", str(work / f"ws-{name}"), *flags],
+                cwd=ROOT, stderr=subprocess.DEVNULL)
+            urls[name] = f"http://127.0.0.1:{port}/v1"
+            wait_for(f"http://127.0.0.1:{port}/health", servers[name], 60)
+        latencies: dict[str, list[float]] = {name: [] for name, _ in arms}
+        sent_on = 0
+        for round_ in range(args.rounds):
+            names = [name for name, _ in arms]
+            for name in names if round_ % 2 == 0 else names[::-1]:
+                values, _ = asyncio.run(arm(urls[name], args.streams, args.requests_per_client))
+                latencies[name] += values
+                sent_on += len(values) + 1 if name == "on" else 0
+        off, on = latencies["off"], latencies["on"]
+        print(f"{args.streams} concurrent streams, {args.rounds} rounds x {args.requests_per_client} requests per "
+              f"client per arm; upstream {args.chunks} chunks {args.chunk_delay * 1000:g} ms apart")
+        print(f"recording off: p50 {p(off, 50):.2f} ms  p99 {p(off, 99):.2f} ms  ({len(off)} requests)")
+        print(f"recording on:  p50 {p(on, 50):.2f} ms  p99 {p(on, 99):.2f} ms  ({len(on)} requests)")
+        added, ratio = p(on, 50) - p(off, 50), p(on, 50) / p(off, 50)
+        print(f"added p50 latency (on - off): {added:+.2f} ms; ratio on/off {ratio:.4f}")
+        if args.noise_floor:
+            off2 = latencies["off2"]
+            print(f"noise floor (second server, recording off): p50 {p(off2, 50):.2f} ms; off2 - off "
+                  f"{p(off2, 50) - p(off, 50):+.2f} ms")
+        deadline = time.time() + 30
+        while time.time() < deadline:
+            with sqlite3.connect(work / "ws-on" / "traffic.db") as db:
+                stored = db.execute("select count(*) from traffic").fetchone()[0]
+                feedback = db.execute("select count(*) from feedback").fetchone()[0]
+            if stored >= sent_on:
+                break
+            time.sleep(0.2)
+        print(f"recorded {stored} of {sent_on} streamed requests; {feedback} feedback rows")
+    finally:
+        for process in [*servers.values(), upstream]:
+            process.terminate()
+            process.wait()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,216 @@
+"""`gym-tf serve --record`: each answered request is kept in the workspace, written off the request path.
+
+The request path appends each streamed chunk to a list, reads the response id from the first chunk, and, once the
+response is complete, adds one job to a batch. Every 50 ms the event loop pickles the batch and hands it, without
+blocking, to a writer *process* (gym_tf.traffic_writer) over a pipe. The writer parses the streamed events into
+answers, applies the redaction hook, inserts the batch in one transaction, and applies the retention limits.
+
+Why a process and not a thread: a writer thread in the server shares its GIL. On a loaded machine every hand-over
+of the GIL between the event loop and a writer waking up for SQLite costs the event loop a scheduling delay;
+measured with a thread (benchmarks/recording_overhead.py, 64 streams, 2 busy cores) p50 rose by 70 to 170 ms while
+an A/A arm differed by 10 ms. The process shares nothing with the event loop but a pipe.
+
+Feedback reads and writes go through the same writer, after every exchange handed over before them, so feedback
+posted right after a response finds it.
+
+Kill switch: while the file `WORKSPACE/recording.off` exists nothing is recorded (`gym-tf traffic pause` makes
+it, `gym-tf traffic resume` removes it); the server looks at most once a second.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import os
+import pickle
+import re
+import subprocess
+import sys
+import time
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any, AsyncIterator
+
+from gym_tf.traffic import Feedback, TrafficLog
+from gym_tf.traffic_writer import FRAME as _FRAME, RecordSettings, load_redactor
+
+KILL_FILE = "recording.off"
+_ID = re.compile(rb'"id"\s*:\s*"([^"\\]{1,256})"')
+
+
+class RecorderDown(RuntimeError):
+    """The writer process is gone: nothing more is recorded, feedback cannot be taken."""
+
+
+class Recorder:
+    """The server's side: the batch, the pipe to the writer process, and the open streams (id -> done event)."""
+
+    def __init__(self, workspace: str | Path, settings: RecordSettings = RecordSettings()):
+        self.settings = settings
+        load_redactor(settings.redact)  # a bad hook fails at start, here, not later in the writer
+        self.workspace = Path(workspace)
+        self.kill_file = self.workspace / KILL_FILE
+        TrafficLog(self.workspace).close()  # the tables exist before the first request
+        self.writer = subprocess.Popen(
+            [sys.executable, "-m", "gym_tf.traffic_writer", str(self.workspace), json.dumps(asdict(settings))],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, env={**os.environ, "PYTHONPATH": _pythonpath()})
+        self.open_streams: dict[tuple[str, str], asyncio.Event] = {}
+        self.dropped = 0
+        self._batch: list[tuple] = []
+        self._out = bytearray()
+        self._in = bytearray()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._flushing = False
+        self._waiting: dict[int, asyncio.Future] = {}
+        self._ids = itertools.count()
+        self._paused, self._checked = False, 0.0
+
+    # --- the request path -----------------------------------------------------------------------------------------
+
+    def active(self) -> bool:
+        now = time.monotonic()
+        if now - self._checked > 1.0:
+            self._paused, self._checked = self.kill_file.exists(), now
+        return not self._paused
+
+    def completed(self, meta: dict[str, Any], reply: dict[str, Any], latency_s: float) -> None:
+        """A non-streaming answer: into the batch (the writer does the rest)."""
+        self._add(("record", meta, reply, None, latency_s))
+
+    async def capture(self, meta: dict[str, Any], events: AsyncIterator[bytes], start: float) -> AsyncIterator[bytes]:
+        """Relay a stream's bytes unchanged; keep it once it is complete: it ended, or [DONE] went out (clients
+        such as the openai SDK close the connection at [DONE], often before the upstream's own end arrives). A
+        client gone mid-stream leaves nothing."""
+        chunks: list[bytes] = []
+        key = None
+        complete = False
+        try:
+            async for chunk in events:
+                if key is None:
+                    found = _ID.search(chunk)
+                    if found:
+                        key = (meta["tenant"], found.group(1).decode())
+                        self.open_streams[key] = asyncio.Event()
+                chunks.append(chunk)
+                complete = complete or b"data: [DONE]" in chunk
+                yield chunk
+            complete = True
+        finally:
+            if complete:
+                self._add(("record", meta, None, b"".join(chunks), time.perf_counter() - start))
+            if key is not None:
+                done = self.open_streams.pop(key, None)
+                if done is not None:
+                    done.set()
+
+    def _add(self, job: tuple) -> None:
+        if len(self._out) > self.settings.max_pending_bytes or self.writer.poll() is not None:
+            self.dropped += 1  # serving never waits for the disk: a writer this far behind (or gone) loses exchanges
+            return
+        self._batch.append(job)
+        if not self._flushing:
+            self._loop = self._loop or asyncio.get_running_loop()
+            self._flushing = True
+            self._loop.call_later(self.settings.flush_s, self._flush)
+
+    def _flush(self) -> None:
+        self._flushing = False
+        if self._batch:
+            payload = pickle.dumps(self._batch, protocol=pickle.HIGHEST_PROTOCOL)
+            self._batch = []
+            self._out += _FRAME.pack(len(payload)) + payload
+            self._drain()
+
+    def _drain(self) -> None:
+        """Write what the pipe takes now; the event loop calls again when it can take more."""
+        fd = self.writer.stdin.fileno()
+        os.set_blocking(fd, False)
+        try:
+            written = os.write(fd, self._out) if self._out else 0
+        except BlockingIOError:
+            written = 0
+        except BrokenPipeError:
+            self._out.clear()
+            written = 0
+        del self._out[:written]
+        if self._out:
+            self._loop.add_writer(fd, self._drain)
+        else:
+            self._loop.remove_writer(fd)
+
+    # --- feedback: through the writer, after everything handed over before it -------------------------------------
+
+    async def feedback(self, tenant: str, feedback: Feedback, key: str, wait_s: float = 30.0) -> bool:
+        """Record feedback; LookupError for a response id this tenant never got. A stream still open under that id
+        is waited for (up to `wait_s`): a client may post feedback the moment it read [DONE]."""
+        done = self.open_streams.get((tenant, feedback.response_id))
+        if done is not None:
+            await asyncio.wait_for(done.wait(), wait_s)
+        return await self.call("feedback", tenant, feedback.model_dump(), key)
+
+    async def sync(self) -> None:
+        """Wait until the writer has stored everything handed to it before this call."""
+        await self.call("sync")
+
+    async def call(self, name: str, *args: Any) -> Any:
+        if self.writer.poll() is not None:
+            raise RecorderDown(f"the recording writer exited with {self.writer.returncode}")
+        self._loop = self._loop or asyncio.get_running_loop()
+        if not self._waiting:
+            self._loop.add_reader(self.writer.stdout.fileno(), self._read)
+        ident = next(self._ids)
+        future = self._waiting[ident] = self._loop.create_future()
+        self._batch.append(("call", ident, name, args))
+        self._flush()  # at once: someone is waiting
+        return await future
+
+    def _read(self) -> None:
+        fd = self.writer.stdout.fileno()
+        os.set_blocking(fd, False)
+        try:
+            data = os.read(fd, 1 << 16)
+        except BlockingIOError:
+            return
+        if not data:  # the writer is gone: everyone waiting learns it
+            self._loop.remove_reader(fd)
+            for future in self._waiting.values():
+                if not future.done():
+                    future.set_exception(RecorderDown("the recording writer exited"))
+            self._waiting.clear()
+            return
+        self._in += data
+        while len(self._in) >= 4 and len(self._in) >= 4 + (size := _FRAME.unpack_from(self._in)[0]):
+            ident, error, result = pickle.loads(bytes(self._in[4 : 4 + size]))
+            del self._in[: 4 + size]
+            future = self._waiting.pop(ident, None)
+            if future is not None and not future.done():
+                future.set_exception(LookupError(result)) if error == "lookup" else \
+                    future.set_exception(RecorderDown(result)) if error else future.set_result(result)
+        if not self._waiting:
+            self._loop.remove_reader(fd)
+
+    def close(self, timeout: float = 10.0) -> None:
+        """Hand over what is left, then let the writer finish and exit."""
+        if self._loop is not None:
+            self._loop.remove_writer(self.writer.stdin.fileno())
+        payload = pickle.dumps(self._batch + [("stop",)])
+        self._batch = []
+        try:
+            os.set_blocking(self.writer.stdin.fileno(), True)
+            self.writer.stdin.write(bytes(self._out) + _FRAME.pack(len(payload)) + payload)
+            self.writer.stdin.close()
+        except BrokenPipeError:
+            pass
+        try:
+            self.writer.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.writer.kill()
+            self.writer.wait()
+
+
+def _pythonpath() -> str:
+    """The writer imports what this process imports: this very checkout first, then this process's path (where
+    the redaction hook's module was found)."""
+    here = str(Path(__file__).resolve().parents[1])
+    return os.pathsep.join([here, *[p or os.getcwd() for p in sys.path]])
