@@ -19,7 +19,7 @@ from starlette.exceptions import HTTPException
 from gym_tf.errors import UnknownVersion
 from gym_tf.library import EMPTY_LIBRARY, LibraryVersion, render_library, short, with_library, with_policy
 from gym_tf.store import RunStore
-from server import proxy
+from server import proxy, schema
 from server.errors import OpenAIError
 from server.upstream import Upstream
 
@@ -168,7 +168,7 @@ def create_app(upstream: Upstream, store: RunStore, config: ServerConfig | None 
                          if v["status"] in ("promoted", "imported") and v["id"] != EMPTY_LIBRARY.id]
         return {"object": "list", "data": [{"id": i, "object": "model", "created": now, "owned_by": "gym-tf"} for i in ids]}
 
-    @app.post("/v1/chat/completions")
+    @app.post("/v1/chat/completions", openapi_extra=schema.operation(schema.CHAT_REQUEST))
     async def chat(request: Request):
         body = await _json_body(request, config.max_body_bytes)
         version = _version(request, body)
@@ -177,7 +177,7 @@ def create_app(upstream: Upstream, store: RunStore, config: ServerConfig | None 
         body = {**body, "model": await upstream.model_name(), "messages": with_library(body["messages"], text)}
         return await _forward(request, "/chat/completions", body, version)
 
-    @app.post("/v1/completions")
+    @app.post("/v1/completions", openapi_extra=schema.operation(schema.COMPLETION_REQUEST))
     async def completions(request: Request):
         body = await _json_body(request, config.max_body_bytes)
         version = _version(request, body)
