@@ -349,20 +349,22 @@ class RunStore:
         with self._immediate():
             if self.db["versions"].count_where("id = ?", [version.id]):
                 return
-            leaf_index = self._log(version, run_id, status, ops or [], config_hash, evaluation)
+            created = time.time()
+            leaf_index = self._log(version, run_id, status, ops or [], config_hash, evaluation, created)
             self.db["versions"].insert(
                 {"id": version.id, "parent": version.parent, "run_id": run_id, "step": version.step,
-                 "created": time.time(), "content": version.canonical_bytes().decode(), "status": status,
+                 "created": created, "content": version.canonical_bytes().decode(), "status": status,
                  "config_hash": config_hash, "evaluation": json.dumps(evaluation or {}), "leaf_index": leaf_index},
             )
 
     def _log(self, version: LibraryVersion, run_id: str, status: str, ops: list[Any], config_hash: str = "",
-             evaluation: dict | None = None) -> int:
-        """Append the version's log entry: its CID, its parent's, the digest of the ops that made it, and the
-        digests of its run's config and of the gate's evaluation, so `ledger verify` covers every recorded field."""
+             evaluation: dict | None = None, created: float | None = None) -> int:
+        """Append the version's log entry: its CID, its parent's, the digest of the ops that made it, the digests
+        of its run's config and of the gate's evaluation, and its creation time, so `ledger verify` covers every
+        column of the version's row."""
         entry = canonical({"version": version.id, "parent": version.parent, "run": run_id, "step": version.step,
                            "status": status, "ops_sha256": hashlib.sha256(canonical(ops)).hexdigest(),
-                           "config_hash": config_hash,
+                           "config_hash": config_hash, "created": created,
                            "evaluation_sha256": hashlib.sha256(canonical(evaluation or {})).hexdigest()})
         self.db.execute("INSERT INTO leaf(entry, hash) VALUES (?, ?)", [entry, leaf_hash(entry)])
         return self.db.execute("SELECT max(id) FROM leaf").fetchone()[0]
