@@ -11,6 +11,7 @@ check before they insert take the write lock first (`BEGIN IMMEDIATE`), so two i
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import json
 import os
@@ -20,7 +21,7 @@ import threading
 import time
 import uuid
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 from pydantic import BaseModel
 from sqlite_utils import Database
@@ -57,6 +58,25 @@ def _process_exists(pid: int) -> bool:
     except PermissionError:  # another user's process
         return True
     return True
+
+
+def _writes(method: Callable[..., Any]) -> Callable[..., Any]:
+    """A store write whose workspace cannot take it (disk full, read-only, an I/O error) raises StoreError naming the
+    workspace, not sqlite3's OperationalError: the CLI prints one line, and the transaction rolled back, so
+    `--resume` continues from the last committed step (found by tests/test_attack_faults.py)."""
+
+    @functools.wraps(method)
+    def guarded(self: "RunStore", *args: Any, **kwargs: Any) -> Any:
+        try:
+            return method(self, *args, **kwargs)
+        except sqlite3.OperationalError as exc:
+            reason = str(exc)
+            if not any(word in reason for word in ("full", "readonly", "read-only", "disk I/O", "unable to open")):
+                raise
+            raise StoreError(f"cannot write to the workspace {self.root} ({reason}): nothing of this write was "
+                             "kept; free space or make it writable, then resume") from None
+
+    return guarded
 
 
 class RunStore:
@@ -148,6 +168,7 @@ class RunStore:
 
     # --- runs -----------------------------------------------------------------------------------------------
 
+    @_writes
     def new_run(self, kind: str, config: dict[str, Any], model: str, dataset: str, version: str) -> str:
         """Record a new run, held by this store (its heartbeat runs until `finish_run`)."""
         run_id = f"{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
@@ -170,6 +191,7 @@ class RunStore:
         changes = {k: v for k, v in updates.items() if v is not None}
         return run["id"], config.model_copy(update=changes) if changes else config
 
+    @_writes
     def claim_run(self, run_id: str) -> None:
         """Hold a run for this store before resuming it, and keep it alive until `finish_run`.
 
@@ -200,6 +222,7 @@ class RunStore:
             for r in self.db["runs"].rows_where(order_by="created desc")
         ]
 
+    @_writes
     def finish_run(self, run_id: str, status: str, summary: dict[str, Any]) -> None:
         """Record how a run ended and let go of it (stops its heartbeat)."""
         stop = self._beating.pop(run_id, None)
@@ -270,6 +293,7 @@ class RunStore:
 
     # --- the dataset a run was started on -----------------------------------------------------------------------
 
+    @_writes
     def check_dataset(self, run_id: str, problems: list[Problem], split: str = "train") -> None:
         """Record the content of a run's problems on the first call; on every later one (a resume), raise
         ConfigError if they changed. Stored rollouts and learner replies are keyed by problem id, and ids default
@@ -301,6 +325,7 @@ class RunStore:
 
     # --- rollouts ---------------------------------------------------------------------------------------------
 
+    @_writes
     def put_rollouts(self, run_id: str, epoch: int, step: int, rollouts: list[Rollout]) -> None:
         rows = [
             {"key": rollout_key(run_id, step, r.problem_id, r.sample), "run_id": run_id, "epoch": epoch,
@@ -332,6 +357,7 @@ class RunStore:
         rows = list(self.db["learner_calls"].rows_where("key = ?", [key]))
         return rows[0] if rows else None
 
+    @_writes
     def put_learner_call(self, run_id: str, step: int, stage: str, subject: str, attempt: int, **fields: Any) -> None:
         key = f"{run_id}/{step}/{stage}/{subject}/{attempt}"
         row = {"key": key, "run_id": run_id, "step": step, "stage": stage, "subject": subject, "attempt": attempt,
@@ -342,6 +368,7 @@ class RunStore:
 
     # --- versions and steps -------------------------------------------------------------------------------------
 
+    @_writes
     def put_version(self, version: LibraryVersion, run_id: str, status: str, config_hash: str = "",
                     evaluation: dict | None = None, ops: list[Any] | None = None) -> None:
         """Record a version and append its entry to the Merkle log, in one transaction (a version already
@@ -387,6 +414,7 @@ class RunStore:
         where, args = ("run_id = ?", [run_id]) if run_id else (None, None)
         return list(self.db["versions"].rows_where(where, args, order_by="created", select="id, parent, run_id, step, status, created"))
 
+    @_writes
     def commit_step(self, run_id: str, step: int, epoch: int, batch: int, before: LibraryVersion,
                     after: LibraryVersion, verdicts: list[tuple[str, OpVerdict]], status: str, tokens: dict,
                     stats: dict, cfg_hash: str, evaluation: dict | None = None) -> None:
@@ -413,6 +441,7 @@ class RunStore:
             )
             self.db["runs"].update(run_id, {"current_version": current, "updated": time.time()})
 
+    @_writes
     def promote(self, version_id: str, name: str = "default") -> None:
         """Make a version the one `gym-tf serve` answers with (read per request: no restart needed)."""
         self.version(version_id)  # must exist
