@@ -35,6 +35,7 @@ from ledger.log import MerkleLog, leaf_hash
 
 DEFAULT_WORKSPACE = ".gym-tf"
 HEARTBEAT_S = 10.0  # how often a process holding a run marks it alive
+SCHEMA_VERSION = 1  # PRAGMA user_version once `_create` has made every table, column and index
 STALE_BEATS = 6  # a running run silent for this many beats is shown as crashed, and a resume may take it over
 
 
@@ -71,6 +72,9 @@ def _writes(method: Callable[..., Any]) -> Callable[..., Any]:
             return method(self, *args, **kwargs)
         except sqlite3.OperationalError as exc:
             reason = str(exc)
+            if "locked" in reason:
+                raise StoreError(f"the workspace {self.root} is locked: another process has held its write lock "
+                                 "longer than the wait allows; try again when it is done") from None
             if not any(word in reason for word in ("full", "readonly", "read-only", "disk I/O", "unable to open")):
                 raise
             raise StoreError(f"cannot write to the workspace {self.root} ({reason}): nothing of this write was "
@@ -95,8 +99,12 @@ class RunStore:
         # The Merkle log lives in the same file (pymerkle's `leaf` table), so a version and its log entry commit
         # in one transaction.
         self.ledger = MerkleLog(self.root / "gym-tf.db")
-        with self._immediate():  # the write lock first: processes creating the tables together take turns
-            self._create()
+        # A workspace whose tables are all made opens without a write: a reader (`ledger verify`, `serve`) is not
+        # held up, nor failed after the busy timeout, by another process's long write (tests/test_attack_concurrency.py)
+        if self.db.execute("PRAGMA user_version").fetchone()[0] < SCHEMA_VERSION:
+            with self._immediate():  # the write lock first: processes creating the tables together take turns
+                self._create()
+                self.db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
 
     def _enable_wal(self) -> None:
         """Switching a new file to WAL needs it alone, and SQLite's busy wait does not cover that switch: processes
@@ -173,11 +181,13 @@ class RunStore:
         """Record a new run, held by this store (its heartbeat runs until `finish_run`)."""
         run_id = f"{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
         now = time.time()
-        self.db["runs"].insert(
-            {"id": run_id, "kind": kind, "status": "running", "created": now, "updated": now,
-             "config": json.dumps(config, sort_keys=True), "config_hash": config_hash(config), "model": model,
-             "dataset": dataset, "current_version": version, "summary": "{}", "owner": self.owner, "heartbeat": now}
-        )
+        with self._immediate():
+            self.db["runs"].insert(
+                {"id": run_id, "kind": kind, "status": "running", "created": now, "updated": now,
+                 "config": json.dumps(config, sort_keys=True), "config_hash": config_hash(config), "model": model,
+                 "dataset": dataset, "current_version": version, "summary": "{}", "owner": self.owner,
+                 "heartbeat": now}
+            )
         self._beat(run_id)
         return run_id
 
@@ -229,8 +239,9 @@ class RunStore:
         if stop is not None:
             stop.set()
             self._heartbeat_file(run_id).unlink(missing_ok=True)
-        self.db["runs"].update(run_id, {"status": status, "updated": time.time(), "summary": json.dumps(summary),
-                                        "owner": ""})
+        with self._immediate():
+            self.db["runs"].update(run_id, {"status": status, "updated": time.time(), "summary": json.dumps(summary),
+                                            "owner": ""})
 
     def _stale(self, row: dict[str, Any], now: float) -> bool:
         """Its holder stopped beating, or is a process of this machine that no longer exists (kill -9 a moment ago)."""
@@ -278,7 +289,12 @@ class RunStore:
     @contextlib.contextmanager
     def _immediate(self) -> Iterator[None]:
         """A write transaction that takes the write lock before it reads, so a check stays true until the write it
-        guards commits (with a plain BEGIN, another process could write in between). Nested: a savepoint."""
+        guards commits (with a plain BEGIN, another process could write in between). Nested: a savepoint.
+
+        Every write goes through here, even one that checks nothing: sqlite-utils reads the schema before it
+        inserts, and a transaction that read first and then writes after another process committed fails at once
+        with "database is locked" (SQLITE_BUSY_SNAPSHOT in WAL), whatever the busy timeout. Seen as an optimize
+        crash while `serve` read and a version was promoted (tests/test_attack_concurrency.py)."""
         if self.db.conn.in_transaction:
             with self.db.atomic():
                 yield
@@ -335,7 +351,7 @@ class RunStore:
              "reward": r.reward, "created": time.time(), "shown": json.dumps(list(r.shown))}
             for r in rollouts
         ]
-        with self.db.atomic():
+        with self._immediate():  # see _immediate: a read-then-write upgrade fails at once
             self.db["rollouts"].insert_all(rows, replace=True, alter=True)
 
     def rollouts(self, run_id: str, step: int | None = None) -> list[Rollout]:
@@ -363,7 +379,7 @@ class RunStore:
         row = {"key": key, "run_id": run_id, "step": step, "stage": stage, "subject": subject, "attempt": attempt,
                "created": time.time(), **fields}
         row["messages"] = json.dumps(row.get("messages", []))
-        with self.db.atomic():
+        with self._immediate():  # see _immediate: a read-then-write upgrade fails at once
             self.db["learner_calls"].insert(row, replace=True)
 
     # --- versions and steps -------------------------------------------------------------------------------------
@@ -445,7 +461,8 @@ class RunStore:
     def promote(self, version_id: str, name: str = "default") -> None:
         """Make a version the one `gym-tf serve` answers with (read per request: no restart needed)."""
         self.version(version_id)  # must exist
-        self.db["serving"].insert({"name": name, "version_id": version_id, "updated": time.time()}, replace=True)
+        with self._immediate():
+            self.db["serving"].insert({"name": name, "version_id": version_id, "updated": time.time()}, replace=True)
 
     def served_version_id(self, name: str = "default") -> str | None:
         # Read on every served request: a plain execute, without sqlite-utils' per-query savepoint.
