@@ -303,7 +303,8 @@ class RunStore:
         try:
             yield
         except BaseException:
-            self.db.conn.execute("ROLLBACK")
+            if self.db.conn.in_transaction:  # SQLite has rolled back itself after SQLITE_FULL or an I/O error
+                self.db.conn.execute("ROLLBACK")
             raise
         self.db.conn.execute("COMMIT")
 
