@@ -162,7 +162,7 @@ def _parquet_rows(path: Path):
 
     try:
         rows = pq.read_table(path).to_pylist()
-    except (pa.ArrowException, OSError) as exc:  # pyarrow reports a corrupt file as either
+    except (pa.ArrowException, OSError, UnicodeDecodeError) as exc:  # a corrupt file; a column name not UTF-8
         raise DatasetError(f"{path}: not a readable Parquet file ({str(exc).splitlines()[0][:200]})") from None
     for number, row in enumerate(rows):
         yield f"row {number}", row

@@ -252,3 +252,18 @@ def test_a_version_creation_time_is_covered_by_its_leaf(workspace):
             verify_ledger(RunStore(root))
     finally:
         restore(con, "versions", rowid, "created", original)
+
+
+def test_a_leaf_id_flipped_out_of_sequence_is_named(workspace):
+    """pymerkle refused to open such a log with a bare ValueError ("Leaf indices are not contiguous"), before."""
+    root = workspace[0]
+    con = sqlite3.connect(root / "gym-tf.db")
+    last = con.execute("select max(id) from leaf").fetchone()[0]
+    _unguarded(con)
+    con.execute("update leaf set id = ? where id = ?", [last + 64, last])
+    con.commit()
+    try:
+        with pytest.raises(LedgerError, match=f"^ledger leaf {last}: missing"):
+            verify_ledger(RunStore(root))
+    finally:
+        restore(con, "leaf", last + 64, "id", last)

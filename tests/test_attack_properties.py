@@ -295,3 +295,21 @@ def test_a_re_cased_signature_is_refused(tmp_path):
     outer["signature"] = outer["signature"].upper()
     with pytest.raises(LedgerError, match="^signature: must be"):
         fetch(RunStore(tmp_path / "fetcher"), ipfs.add(json.dumps(outer).encode()), ipfs, signer=signer)
+
+
+def test_a_signature_no_key_recovers_is_a_signature_error():
+    """eth_keys' BadSignature escaped `fetch` unnamed, before (found by the soak tier)."""
+    from ledger.errors import SignatureError
+    from ledger.signing import signer_of
+
+    with pytest.raises(SignatureError, match="^signature is malformed"):
+        signer_of(b"x", "00" * 64 + "1b")
+
+
+def test_a_parquet_column_name_that_is_not_utf8_is_a_dataset_error(tmp_path):
+    """pyarrow's UnicodeDecodeError escaped `load_dataset`, before (found by the soak tier)."""
+    raw = _parquet_bytes(tmp_path)
+    path = tmp_path / "bad.parquet"
+    path.write_bytes(raw.replace(b"problem", b"\x80roblem"))
+    with pytest.raises(DatasetError, match="not a readable Parquet file"):
+        load_dataset(path)
