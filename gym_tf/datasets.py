@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import csv
 import hashlib
+import io
 import json
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -198,8 +199,13 @@ def _to_problem(path, where, row, problem_field, answer_field, id_field, require
 
 
 def _jsonl_rows(path: Path):
-    with path.open(encoding="utf-8") as lines:
-        for number, line in enumerate(lines, start=1):
+    # read as bytes and decode line by line, so that bytes which are not UTF-8 are named by their line
+    with path.open("rb") as lines:
+        for number, raw in enumerate(lines, start=1):
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise DatasetError(f"{path}:line {number}: not UTF-8 text (byte {exc.start + 1})") from None
             if not line.strip():
                 continue
             try:
@@ -209,18 +215,31 @@ def _jsonl_rows(path: Path):
 
 
 def _csv_rows(path: Path):
-    with path.open(encoding="utf-8", newline="") as handle:
-        reader = csv.DictReader(handle)
+    raw = path.read_bytes()
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = raw[:exc.start].count(b"\n") + 1
+        raise DatasetError(f"{path}:line {line}: not UTF-8 text") from None
+    reader = csv.DictReader(io.StringIO(text, newline=""))
+    try:
         for row in reader:
             if None in row:
                 raise DatasetError(f"{path}:line {reader.line_num}: more cells than the header has columns")
             yield f"line {reader.line_num}", row
+    except csv.Error as exc:
+        raise DatasetError(f"{path}:line {reader.line_num}: not valid CSV ({exc})") from None
 
 
 def _parquet_rows(path: Path):
+    import pyarrow as pa
     import pyarrow.parquet as pq
 
-    for number, row in enumerate(pq.read_table(path).to_pylist()):
+    try:
+        rows = pq.read_table(path).to_pylist()
+    except (pa.ArrowException, OSError, UnicodeDecodeError) as exc:  # a corrupt file; a column name not UTF-8
+        raise DatasetError(f"{path}: not a readable Parquet file ({str(exc).splitlines()[0][:200]})") from None
+    for number, row in enumerate(rows):
         yield f"row {number}", row
 
 

@@ -53,7 +53,7 @@ def read_library_file(path: str | Path) -> LibraryVersion:
     try:
         document = json.loads(Path(path).read_text(encoding="utf-8"))
         version = LibraryVersion.model_validate(document["library"])
-    except (OSError, json.JSONDecodeError, KeyError, TypeError, ValidationError) as exc:
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError, ValidationError) as exc:
         raise LibraryError(f"{path}: not a gym-tf library file ({str(exc).splitlines()[0]})") from None
     if document.get("id") != version.id:
         raise LibraryError(f"{path}: content hashes to {short(version.id)}, but the file claims {short(str(document.get('id')))}")

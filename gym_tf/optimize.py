@@ -9,14 +9,16 @@ Model weights never change; the "policy update" is a set of typed ops on the exp
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import random
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator
 
 from gym_tf.backends import Backend
+from gym_tf.backends.base import gather_or_cancel
 from gym_tf.config import OptimizeConfig
 from gym_tf.datasets import Problem, load_dataset, open_dataset
-from gym_tf.errors import BudgetExhausted
+from gym_tf.errors import BudgetExhausted, StoreError
 from gym_tf.evaluate import evaluate
 from gym_tf.learner import JudgeCalls, LearnerCalls, StageReply, consolidate_prompt, group_prompt, summarize_prompt
 from gym_tf.library import ExampleOp, LibraryVersion, OpVerdict, Provenance, apply_ops, with_policy
@@ -134,7 +136,10 @@ class Optimizer:
             status = "budget"
             self.progress.notes.append(str(stop))
         except BaseException:
-            self.store.finish_run(self.run_id, "failed", self._summary(library))
+            # a workspace that cannot be written (disk full) cannot record this either: the first error is the one
+            # to report, and the run then shows as crashed, ready for --resume
+            with contextlib.suppress(StoreError):
+                self.store.finish_run(self.run_id, "failed", self._summary(library))
             raise
         self.store.finish_run(self.run_id, status, self._summary(library))
         return RunResult(self.run_id, status, library, self.progress)
@@ -169,7 +174,7 @@ class Optimizer:
         self._check_budget()
 
         # --- group advantage: one call per problem compares its good and bad attempts and proposes ops
-        replies = await asyncio.gather(*(
+        replies = await gather_or_cancel(*(
             self.learner.ask(step, "extract", p.id,
                              group_prompt(p, summaries[p.id], library, cfg.max_ops_per_group, hard=p in hard),
                              cfg.max_ops_per_group)
@@ -275,7 +280,7 @@ class Optimizer:
         if not self.config.summarize:
             return {p.id: [(r, r.completion) for r in groups[p.id]] for p in problems}
         jobs = [(p, r) for p in problems for r in groups[p.id]]
-        replies: list[StageReply] = await asyncio.gather(*(
+        replies: list[StageReply] = await gather_or_cancel(*(
             self.learner.ask(step, "summarize", f"{p.id}/{r.sample}", summarize_prompt(p, r, library), None)
             for p, r in jobs
         ))

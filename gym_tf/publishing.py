@@ -146,7 +146,7 @@ def verify_ledger(store: RunStore) -> tuple[int, str]:
     """
     log = store.ledger
     root = log.audit()
-    rows = list(store.db.query("select * from versions order by leaf_index"))
+    rows = _version_rows(store)
     for row in rows:
         _verify_row(log, row)
     versions = {row["id"]: row["leaf_index"] for row in rows}
@@ -171,6 +171,32 @@ def verify_ledger(store: RunStore) -> tuple[int, str]:
     return log.size, root
 
 
+def _version_rows(store: RunStore) -> list[dict[str, Any]]:
+    """Every version row, its text decoded here rather than by sqlite3: a byte flipped into invalid UTF-8 made the
+    read itself fail with an unnamed OperationalError (found by tests/test_attack_ledger.py)."""
+    con = store.db.conn
+    factory, con.text_factory = con.text_factory, bytes
+    try:
+        cursor = con.execute("select * from versions order by leaf_index")
+        names = [d[0] for d in cursor.description]
+        raw_rows = [dict(zip(names, r)) for r in cursor]
+    finally:
+        con.text_factory = factory
+    rows = []
+    for raw in raw_rows:
+        row = {}
+        for column, value in raw.items():
+            if isinstance(value, bytes):
+                try:
+                    value = value.decode("utf-8")
+                except UnicodeDecodeError:
+                    raise TamperedError(f"version {raw['id'].decode('utf-8', 'replace') if isinstance(raw['id'], bytes) else raw['id']}: "
+                                        f"its {column} is not UTF-8 text") from None
+            row[column] = value
+        rows.append(row)
+    return rows
+
+
 def _verify_row(log: Any, row: dict[str, Any]) -> None:
     name = f"version {row['id']}"
     if cid(row["content"].encode()) != row["id"]:
@@ -188,6 +214,8 @@ def _verify_row(log: Any, row: dict[str, Any]) -> None:
               ("step", row["step"], entry.get("step")), ("status", row["status"], entry.get("status"))]
     if "config_hash" in entry:
         checks.append(("config hash", row["config_hash"], entry["config_hash"]))
+    if entry.get("created") is not None:  # entries from before the creation time was logged do not record it
+        checks.append(("creation time", row["created"], entry["created"]))
     for field, stored, logged in checks:
         if stored != logged:
             raise TamperedError(f"{name}: its {field} is {stored!r}, but its ledger leaf {index} records {logged!r}")

@@ -17,6 +17,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Awaitable, Callable
 
 from gym_tf.backends import Backend, Choice, Sampling
+from gym_tf.backends.base import gather_or_cancel
 from gym_tf.datasets import Problem
 from gym_tf.errors import GymTFError, RewardError
 from gym_tf.library import EMPTY_LIBRARY, LibraryVersion, render_items, select_items, with_library
@@ -167,4 +168,5 @@ async def rollout_many(
                 await maybe
         return problem.id, group
 
-    return dict(await asyncio.gather(*(one(p) for p in problems)))
+    return dict(await gather_or_cancel(*(one(p) for p in problems)))
+

@@ -11,6 +11,7 @@ check before they insert take the write lock first (`BEGIN IMMEDIATE`), so two i
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import json
 import os
@@ -20,7 +21,7 @@ import threading
 import time
 import uuid
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 from pydantic import BaseModel
 from sqlite_utils import Database
@@ -34,6 +35,7 @@ from ledger.log import MerkleLog, leaf_hash
 
 DEFAULT_WORKSPACE = ".gym-tf"
 HEARTBEAT_S = 10.0  # how often a process holding a run marks it alive
+SCHEMA_VERSION = 1  # PRAGMA user_version once `_create` has made every table, column and index
 STALE_BEATS = 6  # a running run silent for this many beats is shown as crashed, and a resume may take it over
 
 
@@ -82,6 +84,28 @@ def shown_status(root: Path, row: dict[str, Any], heartbeat_s: float = HEARTBEAT
     return row["status"]
 
 
+def _writes(method: Callable[..., Any]) -> Callable[..., Any]:
+    """A store write whose workspace cannot take it (disk full, read-only, an I/O error) raises StoreError naming the
+    workspace, not sqlite3's OperationalError: the CLI prints one line, and the transaction rolled back, so
+    `--resume` continues from the last committed step (found by tests/test_attack_faults.py)."""
+
+    @functools.wraps(method)
+    def guarded(self: "RunStore", *args: Any, **kwargs: Any) -> Any:
+        try:
+            return method(self, *args, **kwargs)
+        except sqlite3.OperationalError as exc:
+            reason = str(exc)
+            if "locked" in reason:
+                raise StoreError(f"the workspace {self.root} is locked: another process has held its write lock "
+                                 "longer than the wait allows; try again when it is done") from None
+            if not any(word in reason for word in ("full", "readonly", "read-only", "disk I/O", "unable to open")):
+                raise
+            raise StoreError(f"cannot write to the workspace {self.root} ({reason}): nothing of this write was "
+                             "kept; free space or make it writable, then resume") from None
+
+    return guarded
+
+
 class RunStore:
     def __init__(self, workspace: str | Path | None = None, heartbeat_s: float = HEARTBEAT_S):
         self.root = workspace_path(workspace)
@@ -98,8 +122,12 @@ class RunStore:
         # The Merkle log lives in the same file (pymerkle's `leaf` table), so a version and its log entry commit
         # in one transaction.
         self.ledger = MerkleLog(self.root / "gym-tf.db")
-        with self._immediate():  # the write lock first: processes creating the tables together take turns
-            self._create()
+        # A workspace whose tables are all made opens without a write: a reader (`ledger verify`, `serve`) is not
+        # held up, nor failed after the busy timeout, by another process's long write (tests/test_attack_concurrency.py)
+        if self.db.execute("PRAGMA user_version").fetchone()[0] < SCHEMA_VERSION:
+            with self._immediate():  # the write lock first: processes creating the tables together take turns
+                self._create()
+                self.db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
 
     def _enable_wal(self) -> None:
         """Switching a new file to WAL needs it alone, and SQLite's busy wait does not cover that switch: processes
@@ -179,15 +207,18 @@ class RunStore:
 
     # --- runs -----------------------------------------------------------------------------------------------
 
+    @_writes
     def new_run(self, kind: str, config: dict[str, Any], model: str, dataset: str, version: str) -> str:
         """Record a new run, held by this store (its heartbeat runs until `finish_run`)."""
         run_id = f"{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
         now = time.time()
-        self.db["runs"].insert(
-            {"id": run_id, "kind": kind, "status": "running", "created": now, "updated": now,
-             "config": json.dumps(config, sort_keys=True), "config_hash": config_hash(config), "model": model,
-             "dataset": dataset, "current_version": version, "summary": "{}", "owner": self.owner, "heartbeat": now}
-        )
+        with self._immediate():
+            self.db["runs"].insert(
+                {"id": run_id, "kind": kind, "status": "running", "created": now, "updated": now,
+                 "config": json.dumps(config, sort_keys=True), "config_hash": config_hash(config), "model": model,
+                 "dataset": dataset, "current_version": version, "summary": "{}", "owner": self.owner,
+                 "heartbeat": now}
+            )
         self._beat(run_id)
         return run_id
 
@@ -201,6 +232,7 @@ class RunStore:
         changes = {k: v for k, v in updates.items() if v is not None}
         return run["id"], config.model_copy(update=changes) if changes else config
 
+    @_writes
     def claim_run(self, run_id: str) -> None:
         """Hold a run for this store before resuming it, and keep it alive until `finish_run`.
 
@@ -231,14 +263,16 @@ class RunStore:
             for r in self.db["runs"].rows_where(order_by="created desc")
         ]
 
+    @_writes
     def finish_run(self, run_id: str, status: str, summary: dict[str, Any]) -> None:
         """Record how a run ended and let go of it (stops its heartbeat)."""
         stop = self._beating.pop(run_id, None)
         if stop is not None:
             stop.set()
             self._heartbeat_file(run_id).unlink(missing_ok=True)
-        self.db["runs"].update(run_id, {"status": status, "updated": time.time(), "summary": json.dumps(summary),
-                                        "owner": ""})
+        with self._immediate():
+            self.db["runs"].update(run_id, {"status": status, "updated": time.time(), "summary": json.dumps(summary),
+                                            "owner": ""})
 
     def _stale(self, row: dict[str, Any], now: float) -> bool:
         return run_is_stale(self.root, row, now, self.heartbeat_s)
@@ -271,7 +305,12 @@ class RunStore:
     @contextlib.contextmanager
     def _immediate(self) -> Iterator[None]:
         """A write transaction that takes the write lock before it reads, so a check stays true until the write it
-        guards commits (with a plain BEGIN, another process could write in between). Nested: a savepoint."""
+        guards commits (with a plain BEGIN, another process could write in between). Nested: a savepoint.
+
+        Every write goes through here, even one that checks nothing: sqlite-utils reads the schema before it
+        inserts, and a transaction that read first and then writes after another process committed fails at once
+        with "database is locked" (SQLITE_BUSY_SNAPSHOT in WAL), whatever the busy timeout. Seen as an optimize
+        crash while `serve` read and a version was promoted (tests/test_attack_concurrency.py)."""
         if self.db.conn.in_transaction:
             with self.db.atomic():
                 yield
@@ -280,12 +319,14 @@ class RunStore:
         try:
             yield
         except BaseException:
-            self.db.conn.execute("ROLLBACK")
+            if self.db.conn.in_transaction:  # SQLite has rolled back itself after SQLITE_FULL or an I/O error
+                self.db.conn.execute("ROLLBACK")
             raise
         self.db.conn.execute("COMMIT")
 
     # --- the dataset a run was started on -----------------------------------------------------------------------
 
+    @_writes
     def check_dataset(self, run_id: str, problems: Sequence[Problem], split: str = "train") -> None:
         """Record the content of a run's problems on the first call; on every later one (a resume), raise
         ConfigError if they changed. Stored rollouts and learner replies are keyed by problem id, and ids default
@@ -317,6 +358,7 @@ class RunStore:
 
     # --- rollouts ---------------------------------------------------------------------------------------------
 
+    @_writes
     def put_rollouts(self, run_id: str, epoch: int, step: int, rollouts: list[Rollout]) -> None:
         rows = [
             {"key": rollout_key(run_id, step, r.problem_id, r.sample), "run_id": run_id, "epoch": epoch,
@@ -326,7 +368,7 @@ class RunStore:
              "reward": r.reward, "created": time.time(), "shown": json.dumps(list(r.shown))}
             for r in rollouts
         ]
-        with self._immediate():  # the write lock first: a deferred BEGIN fails at once if another process wrote
+        with self._immediate():  # see _immediate: a read-then-write upgrade fails at once
             self.db["rollouts"].insert_all(rows, replace=True, alter=True)
 
     def rollouts(self, run_id: str, step: int | None = None) -> list[Rollout]:
@@ -348,16 +390,18 @@ class RunStore:
         rows = list(self.db["learner_calls"].rows_where("key = ?", [key]))
         return rows[0] if rows else None
 
+    @_writes
     def put_learner_call(self, run_id: str, step: int, stage: str, subject: str, attempt: int, **fields: Any) -> None:
         key = f"{run_id}/{step}/{stage}/{subject}/{attempt}"
         row = {"key": key, "run_id": run_id, "step": step, "stage": stage, "subject": subject, "attempt": attempt,
                "created": time.time(), **fields}
         row["messages"] = json.dumps(row.get("messages", []))
-        with self._immediate():
+        with self._immediate():  # see _immediate: a read-then-write upgrade fails at once
             self.db["learner_calls"].insert(row, replace=True)
 
     # --- versions and steps -------------------------------------------------------------------------------------
 
+    @_writes
     def put_version(self, version: LibraryVersion, run_id: str, status: str, config_hash: str = "",
                     evaluation: dict | None = None, ops: list[Any] | None = None) -> None:
         """Record a version and append its entry to the Merkle log, in one transaction (a version already
@@ -365,20 +409,22 @@ class RunStore:
         with self._immediate():
             if self.db["versions"].count_where("id = ?", [version.id]):
                 return
-            leaf_index = self._log(version, run_id, status, ops or [], config_hash, evaluation)
+            created = time.time()
+            leaf_index = self._log(version, run_id, status, ops or [], config_hash, evaluation, created)
             self.db["versions"].insert(
                 {"id": version.id, "parent": version.parent, "run_id": run_id, "step": version.step,
-                 "created": time.time(), "content": version.canonical_bytes().decode(), "status": status,
+                 "created": created, "content": version.canonical_bytes().decode(), "status": status,
                  "config_hash": config_hash, "evaluation": json.dumps(evaluation or {}), "leaf_index": leaf_index},
             )
 
     def _log(self, version: LibraryVersion, run_id: str, status: str, ops: list[Any], config_hash: str = "",
-             evaluation: dict | None = None) -> int:
-        """Append the version's log entry: its CID, its parent's, the digest of the ops that made it, and the
-        digests of its run's config and of the gate's evaluation, so `ledger verify` covers every recorded field."""
+             evaluation: dict | None = None, created: float | None = None) -> int:
+        """Append the version's log entry: its CID, its parent's, the digest of the ops that made it, the digests
+        of its run's config and of the gate's evaluation, and its creation time, so `ledger verify` covers every
+        column of the version's row."""
         entry = canonical({"version": version.id, "parent": version.parent, "run": run_id, "step": version.step,
                            "status": status, "ops_sha256": hashlib.sha256(canonical(ops)).hexdigest(),
-                           "config_hash": config_hash,
+                           "config_hash": config_hash, "created": created,
                            "evaluation_sha256": hashlib.sha256(canonical(evaluation or {})).hexdigest()})
         self.db.execute("INSERT INTO leaf(entry, hash) VALUES (?, ?)", [entry, leaf_hash(entry)])
         return self.db.execute("SELECT max(id) FROM leaf").fetchone()[0]
@@ -408,6 +454,7 @@ class RunStore:
         where, args = ("run_id = ?", [run_id]) if run_id else (None, None)
         return list(self.db["versions"].rows_where(where, args, order_by="created", select="id, parent, run_id, step, status, created"))
 
+    @_writes
     def commit_step(self, run_id: str, step: int, epoch: int, batch: int, before: LibraryVersion,
                     after: LibraryVersion, verdicts: list[tuple[str, OpVerdict]], status: str, tokens: dict,
                     stats: dict, cfg_hash: str, evaluation: dict | None = None) -> None:
@@ -434,10 +481,12 @@ class RunStore:
             )
             self.db["runs"].update(run_id, {"current_version": current, "updated": time.time()})
 
+    @_writes
     def promote(self, version_id: str, name: str = "default") -> None:
         """Make a version the one `gym-tf serve` answers with (read per request: no restart needed)."""
         self.version(version_id)  # must exist
-        self.db["serving"].insert({"name": name, "version_id": version_id, "updated": time.time()}, replace=True)
+        with self._immediate():
+            self.db["serving"].insert({"name": name, "version_id": version_id, "updated": time.time()}, replace=True)
 
     def served_version_id(self, name: str = "default") -> str | None:
         # Read on every served request: a plain execute, without sqlite-utils' per-query savepoint.

@@ -24,6 +24,7 @@ def leaf_hash(entry: bytes) -> bytes:
 
 class MerkleLog:
     def __init__(self, path: str | Path):
+        _check_contiguous(path)
         self.tree = SqliteTree(str(path))
         # pymerkle commits every append; WAL + synchronous=NORMAL is what makes >10k appends/s possible.
         self.tree.con.execute("PRAGMA journal_mode=WAL")
@@ -74,6 +75,17 @@ class MerkleLog:
 
     def close(self) -> None:
         self.tree.close()
+
+
+def _check_contiguous(path: str | Path) -> None:
+    """Leaf ids run 1, 2, 3, ...: pymerkle refuses to open a log where they do not, with a bare ValueError; this
+    names the first leaf out of place instead (a flipped byte in a leaf id, found by tests/test_attack_ledger.py)."""
+    with contextlib.closing(sqlite3.connect(path)) as con:
+        if not con.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'leaf'").fetchone():
+            return
+        for index, (row_id,) in enumerate(con.execute("SELECT id FROM leaf ORDER BY id"), start=1):
+            if row_id != index:
+                raise TamperedError(f"ledger leaf {index}: missing (ids jump to {row_id})")
 
 
 def verify_entry(entry: bytes, root: str, proof: dict[str, Any]) -> None:

@@ -38,7 +38,7 @@ def read_manifest(document: bytes) -> tuple[dict[str, Any], str]:
     try:
         outer = json.loads(document)
         manifest, signature = outer["manifest"], outer["signature"]
-    except (json.JSONDecodeError, KeyError, TypeError):
+    except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError):  # json.loads guesses UTF-16/32 too
         raise TamperedError("manifest: not a signed gym-tf manifest") from None
     if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
         raise TamperedError(f"manifest: not in the {FORMAT} format")
@@ -52,8 +52,10 @@ def read_manifest(document: bytes) -> tuple[dict[str, Any], str]:
             raise TamperedError(f"manifest {name}: must be {wanted}, not {json.dumps(value)[:40]}")
     if not re.fullmatch(r"[0-9a-f]{64}", manifest["merkle_root"]):
         raise TamperedError("manifest merkle_root: must be 64 lowercase hex digits (a SHA-256 root)")
-    if not isinstance(signature, str):
-        raise TamperedError("signature: must be a hex string")
+    # one spelling only (what `signing.sign` writes): recovery ignores case and a 0x prefix, so without this rule a
+    # re-cased copy of a signed manifest would verify under another address (found by tests/test_attack_ledger.py)
+    if not isinstance(signature, str) or not re.fullmatch(r"[0-9a-f]{130}", signature):
+        raise TamperedError("signature: must be a hex string of 130 lowercase digits")
     return manifest, signature
 
 

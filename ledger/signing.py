@@ -9,6 +9,7 @@ from pathlib import Path
 from eth_account import Account
 from eth_account.messages import encode_defunct
 from eth_account.signers.local import LocalAccount
+from eth_keys.exceptions import BadSignature
 
 from ledger.errors import KeyError_, SignatureError
 
@@ -52,7 +53,7 @@ def sign(account: LocalAccount, data: bytes) -> str:
 def signer_of(data: bytes, signature: str) -> str:
     try:
         return Account.recover_message(encode_defunct(primitive=data), signature=signature)
-    except (ValueError, TypeError) as exc:
+    except (ValueError, TypeError, BadSignature) as exc:  # BadSignature: no key recovers (found by the attack suite)
         raise SignatureError(f"signature is malformed: {exc}") from None
 
 

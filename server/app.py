@@ -23,7 +23,7 @@ from gym_tf.store import RunStore
 from gym_tf.studio import StudioConfig, create_studio, favicon
 from gym_tf.tenants import may_serve
 from gym_tf.traffic import DEFAULT_TENANT, key_id
-from server import feedback, proxy
+from server import feedback, proxy, schema
 from server.errors import OpenAIError
 from server.recording import Recorder
 from server.upstream import Upstream
@@ -205,7 +205,7 @@ def create_app(upstream: Upstream, store: RunStore, config: ServerConfig | None 
                          and registry.owned(v["id"], tenant)]
         return {"object": "list", "data": [{"id": i, "object": "model", "created": now, "owned_by": "gym-tf"} for i in ids]}
 
-    @app.post("/v1/chat/completions")
+    @app.post("/v1/chat/completions", openapi_extra=schema.operation(schema.CHAT_REQUEST))
     async def chat(request: Request):
         body = await _json_body(request, config.max_body_bytes)
         version = _version(request, body)
@@ -214,7 +214,7 @@ def create_app(upstream: Upstream, store: RunStore, config: ServerConfig | None 
         asked, body = body, {**body, "model": await upstream.model_name(), "messages": with_library(body["messages"], text)}
         return await _forward(request, "/chat/completions", body, version, asked)
 
-    @app.post("/v1/completions")
+    @app.post("/v1/completions", openapi_extra=schema.operation(schema.COMPLETION_REQUEST))
     async def completions(request: Request):
         body = await _json_body(request, config.max_body_bytes)
         version = _version(request, body)

@@ -89,6 +89,13 @@ class Upstream:
                         payload = OpenAIError(reply.status, text).body()
                     yield {"__status__": reply.status, **payload}
                     return
+                if reply.content_type != "text/event-stream":
+                    # a 200 that is not an event stream (a captive portal's HTML page) was relayed to the client as
+                    # its stream, before (found by tests/test_attack_faults.py)
+                    yield {"__status__": 502, **OpenAIError(502, f"upstream {self.base_url} answered a stream "
+                                                                 f"request with {reply.content_type or 'no content type'}, "
+                                                                 "not an event stream").body()}
+                    return
                 if raw:
                     async for chunk in reply.content.iter_any():
                         yield chunk

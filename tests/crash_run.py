@@ -10,7 +10,8 @@ sys.path.insert(0, str(Path(__file__).parent))
 from fakes import ScriptedBackend  # noqa: E402
 from gym_tf.config import OptimizeConfig  # noqa: E402
 from gym_tf.datasets import load_dataset  # noqa: E402
-from gym_tf.optimize import Optimizer  # noqa: E402
+from gym_tf.errors import GymTFError  # noqa: E402
+from gym_tf.optimize import Optimizer, resume_config  # noqa: E402
 from gym_tf.store import RunStore  # noqa: E402
 
 CONFIG = OptimizeConfig(dataset="quickstart", limit=12, batch_size=4, group_size=4, epochs=2, seed=7)
@@ -32,8 +33,19 @@ def scripted(delay: float = 0.0, gated: bool = False) -> ScriptedBackend:
 
 
 if __name__ == "__main__":
+    # crash_run.py WORKSPACE DELAY [gated] [--resume RUN]: a run, new or resumed; a domain error is one line on
+    # stderr and exit status 1, as the CLI prints it
     store = RunStore(sys.argv[1])
-    gated = sys.argv[3:] == ["gated"]
-    optimizer = Optimizer(GATED if gated else CONFIG, store, scripted(delay=float(sys.argv[2]), gated=gated))
-    print(optimizer.run_id, flush=True)
-    asyncio.run(optimizer.run())
+    gated = "gated" in sys.argv[3:]
+    resume = sys.argv[sys.argv.index("--resume") + 1] if "--resume" in sys.argv else None
+    try:
+        if resume:
+            run_id, config = resume_config(store, resume)
+            optimizer = Optimizer(config, store, scripted(delay=float(sys.argv[2]), gated=gated), run_id=run_id)
+        else:
+            optimizer = Optimizer(GATED if gated else CONFIG, store, scripted(delay=float(sys.argv[2]), gated=gated))
+        print(optimizer.run_id, flush=True)
+        asyncio.run(optimizer.run())
+    except GymTFError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        sys.exit(1)

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Awaitable, Protocol
 
 Messages = list[dict[str, Any]]
 
@@ -57,3 +58,17 @@ def split_tokens(total: int, n: int) -> list[int]:
     """Share a usage total reported for n choices among them so that the parts add up to the total."""
     base, extra = divmod(total, n)
     return [base + (1 if i < extra else 0) for i in range(n)]
+
+
+async def gather_or_cancel(*work: Awaitable[Any]) -> list[Any]:
+    """`asyncio.gather`, except that the first failure cancels the rest and waits for them: with plain gather the
+    others went on paying for calls whose results could no longer be stored, and their own failures were printed
+    as "Task exception was never retrieved" tracebacks under the CLI's one-line error (tests/test_attack_faults.py)."""
+    tasks = [asyncio.ensure_future(w) for w in work]
+    try:
+        return await asyncio.gather(*tasks)
+    except BaseException:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        raise

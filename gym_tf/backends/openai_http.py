@@ -14,7 +14,7 @@ from typing import Any
 import httpx
 import openai
 
-from gym_tf.backends.base import Choice, Generation, Messages, Sampling, split_tokens
+from gym_tf.backends.base import Choice, Generation, Messages, Sampling, gather_or_cancel, split_tokens
 from gym_tf.backends.limits import ConcurrencyLimit
 from gym_tf.errors import BackendRequestFailed, BackendUnreachable, ModelNotFound
 
@@ -66,7 +66,7 @@ class OpenAIBackend:
         params = Sampling(**sampling)
         start = time.perf_counter()
         if n > 1 and self.supports_n is False:
-            parts = await asyncio.gather(*(self._request(messages, 1, params, i) for i in range(n)))
+            parts = await gather_or_cancel(*(self._request(messages, 1, params, i) for i in range(n)))
         else:
             try:
                 parts = [await self._request(messages, n, params, 0)]
@@ -78,7 +78,7 @@ class OpenAIBackend:
             if n > 1:
                 self.supports_n = bool(parts) and len(parts[0].choices) >= n
                 have = len(parts[0].choices) if parts else 0
-                parts += await asyncio.gather(*(self._request(messages, 1, params, i) for i in range(have, n)))
+                parts += await gather_or_cancel(*(self._request(messages, 1, params, i) for i in range(have, n)))
         choices = [c for part in parts for c in part.choices][:n]
         return Generation(
             choices=choices,
@@ -131,24 +131,33 @@ class OpenAIBackend:
                 raise BackendUnreachable(
                     f"cannot reach {self.base_url} (model {self.model!r}): {exc.__cause__ or exc}"
                 ) from None
+            except ValueError as exc:  # a 200 whose body is not JSON (JSONDecodeError, UnicodeDecodeError)
+                raise BackendRequestFailed(f"{self.base_url} (model {self.model!r}) answered with a body that is "
+                                           f"not JSON: {exc}") from None
             else:
                 refused = False
                 self.slots.observe(time.perf_counter() - start, reply.usage.completion_tokens if reply.usage else 0)
         if refused:
             return await self._request(messages, n, params, offset)
-        usage = reply.usage
-        completion_tokens = usage.completion_tokens if usage else 0
-        per_choice = split_tokens(completion_tokens, max(1, len(reply.choices)))
-        choices = [
-            Choice(text=c.message.content or "", finish_reason=c.finish_reason, completion_tokens=t)
-            for c, t in zip(sorted(reply.choices, key=lambda c: c.index), per_choice)
-        ]
-        return Generation(
-            choices=choices,
-            prompt_tokens=usage.prompt_tokens if usage else 0,
-            completion_tokens=completion_tokens,
-            latency_s=time.perf_counter() - start,
-        )
+        return self._generation(reply, time.perf_counter() - start)
+
+    def _generation(self, reply: Any, latency_s: float) -> Generation:
+        """The reply as a Generation. The client does not validate what a server sends (an HTML login page arrives
+        as a str, a reply without choices as a ChatCompletion with `choices=None`): anything that is not a chat
+        completion is a named failure, not an AttributeError (found by tests/test_attack_faults.py)."""
+        try:
+            usage = reply.usage
+            completion_tokens = int(usage.completion_tokens) if usage else 0
+            prompt_tokens = int(usage.prompt_tokens) if usage else 0
+            ordered = sorted(reply.choices, key=lambda c: c.index)
+            per_choice = split_tokens(completion_tokens, max(1, len(ordered)))
+            choices = [Choice(text=_text(c.message.content), finish_reason=c.finish_reason, completion_tokens=t)
+                       for c, t in zip(ordered, per_choice)]
+        except (AttributeError, TypeError, ValueError):
+            raise BackendRequestFailed(f"{self.base_url} (model {self.model!r}) answered with something that is not "
+                                       f"a chat completion: {str(reply)[:200]!r}") from None
+        return Generation(choices=choices, prompt_tokens=prompt_tokens, completion_tokens=completion_tokens,
+                          latency_s=latency_s)
 
     def _failed(self, exc: openai.APIStatusError) -> Exception:
         if exc.status_code == 404:
@@ -158,3 +167,11 @@ class OpenAIBackend:
 
     async def aclose(self) -> None:
         await self.client.close()
+
+
+def _text(content: Any) -> str:
+    if content is None:
+        return ""
+    if not isinstance(content, str):
+        raise TypeError("message content is not text")
+    return content
