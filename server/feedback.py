@@ -17,6 +17,7 @@ from fastapi import FastAPI, Request
 from pydantic import ValidationError
 
 from gym_tf.traffic import DEFAULT_TENANT, Feedback
+from server import schema
 from server.errors import OpenAIError
 from server.recording import Recorder, RecorderDown
 
@@ -28,7 +29,7 @@ BodyReader = Callable[[Request, int], Awaitable[dict[str, Any]]]
 
 def register(app: FastAPI, recorder: Recorder | None, read_body: BodyReader) -> None:
     """Add the route; `read_body` is the app's own bounded, depth-checked JSON reader."""
-    @app.post("/v1/feedback")
+    @app.post("/v1/feedback", openapi_extra=schema.operation(Feedback.model_json_schema(), pinned=False))
     async def feedback(request: Request):
         body = await read_body(request, MAX_FEEDBACK_BYTES)
         try:

@@ -64,12 +64,13 @@ _LIBRARY_HEADER = {"name": "x-gym-tf-library", "in": "header", "required": False
                    "schema": {"type": "string"}, "description": "pin a library version (full id or unique prefix)"}
 
 
-def operation(request_schema: dict[str, Any]) -> dict[str, Any]:
-    """The `openapi_extra` of a proxied route: its body, the pin header, and the OpenAI error shape for 4xx/5xx."""
+def operation(request_schema: dict[str, Any], pinned: bool = True) -> dict[str, Any]:
+    """The `openapi_extra` of a route that reads its body raw: the body, the pin header where a library answers, and
+    the OpenAI error shape for 4xx/5xx."""
     error = {"content": {"application/json": {"schema": ERROR}}}
     return {
         "requestBody": {"required": True, "content": {"application/json": {"schema": request_schema}}},
-        "parameters": [_LIBRARY_HEADER],
+        "parameters": [_LIBRARY_HEADER] if pinned else [],
         "responses": {"200": {"description": "the upstream's answer (JSON, or an event stream with `stream`)"},
                       "400": {"description": "invalid request", **error},
                       "404": {"description": "unknown library version", **error},
