@@ -794,6 +794,20 @@ def traffic_stats(tenant: Tenant = "default", since: Annotated[Optional[str], ty
     print_json({"tenant": tenant, **log.counts(tenant, parse_since(since) if since else 0.0)})
 
 
+@traffic_app.command("merge")
+@fails_cleanly
+def traffic_merge(other: Annotated[list[Path], typer.Argument(help="another replica's workspace (or its traffic.db)")],
+                  workspace: Workspace = None) -> None:
+    """Take in what other serving replicas recorded, so one `optimize --from-traffic` learns from all of them."""
+    from gym_tf.traffic import TrafficLog
+
+    log = TrafficLog(RunStore(workspace).root)
+    for path in other:
+        added = log.merge(path)
+        console.print(f"{path}: {added['exchanges']} exchanges and {added['feedback']} feedback rows taken in",
+                      highlight=False)
+
+
 @traffic_app.command("forget")
 @fails_cleanly
 def traffic_forget(tenant: Tenant, workspace: Workspace = None) -> None:

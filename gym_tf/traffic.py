@@ -164,6 +164,35 @@ class TrafficLog:
             self.db.execute("delete from feedback where tenant = ?", [tenant])
         return removed
 
+    def merge(self, other: str | Path) -> dict[str, int]:
+        """Take in what another replica recorded (its workspace folder or its traffic.db): exchanges not yet here
+        (by tenant and response id), and feedback, the newer of two rows by the same key on the same response
+        winning. Serving replicas without a shared disk each record on their own; merging their logs into the
+        learning workspace gives one run all of them. Merging the same log twice adds nothing."""
+        path = Path(other)
+        path = path / TRAFFIC_DB if path.is_dir() else path
+        if not path.is_file():
+            raise ConfigError(f"{path}: no recorded traffic there (a workspace of `serve --record`, or its {TRAFFIC_DB})")
+        if path.resolve() == (self.root / TRAFFIC_DB).resolve():
+            raise ConfigError(f"{path} is this workspace's own traffic")
+        columns = "response_id, tenant, created, route, model, library_version, request, answers, finish_reasons, " \
+                  "usage, latency_s"
+        self.db.conn.execute("ATTACH DATABASE ? AS other", [str(path)])
+        try:
+            with self._immediate():
+                exchanges = self.db.conn.execute(
+                    f"insert into traffic ({columns}) select {columns} from other.traffic o where not exists "
+                    "(select 1 from traffic t where t.tenant = o.tenant and t.response_id = o.response_id) "
+                    "order by o.created").rowcount
+                feedback = self.db.conn.execute(
+                    "insert into feedback select * from other.feedback where true on conflict (tenant, response_id, "
+                    "key_id) do update set score = excluded.score, correction = excluded.correction, "
+                    "comment = excluded.comment, created = excluded.created where excluded.created > feedback.created"
+                ).rowcount
+        finally:
+            self.db.conn.execute("DETACH DATABASE other")
+        return {"exchanges": exchanges, "feedback": feedback}
+
     # --- reading --------------------------------------------------------------------------------------------------
 
     def find(self, tenant: str, response_id: str) -> dict[str, Any] | None:

@@ -191,7 +191,9 @@ class Recorder:
             self._loop.remove_reader(fd)
 
     def close(self, timeout: float = 10.0) -> None:
-        """Hand over what is left, then let the writer finish and exit."""
+        """Hand over what is left, then let the writer finish and exit. Closing twice is harmless."""
+        if self.writer.stdin.closed:
+            return
         if self._loop is not None:
             self._loop.remove_writer(self.writer.stdin.fileno())
         payload = pickle.dumps(self._batch + [("stop",)])

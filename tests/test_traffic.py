@@ -514,3 +514,49 @@ def test_two_processes_writing_one_run_store_never_fail(tmp_path):
         other.join(30)
     assert other.exitcode == 0
     assert store.db["rollouts"].count_where("run_id = 'other'") > 10
+
+
+def test_two_replicas_recording_apart_merge_into_one_learning_workspace(tmp_path):
+    """Replicas without a shared disk: each records on its own; `gym-tf traffic merge` takes both into the learning
+    workspace, once (merging again adds nothing), feedback included, the newer of two rows by one key winning."""
+    import subprocess
+    import sys
+
+    process, url, _ = start_fake(tmp_path)
+    replicas = []
+    try:
+        for name in ("a", "b"):
+            store = RunStore(tmp_path / name)
+            recorder = Recorder(store.root, RecordSettings())
+            running = Running(create_app(Upstream(url), store, ServerConfig(api_keys=["k"]), recorder))
+            replicas.append((store, recorder, running, openai.OpenAI(base_url=running.url, api_key="k", max_retries=0)))
+        ids = {}
+        for (store, _, _, client), count in zip(replicas, (3, 2)):
+            ids[store.root] = [client.chat.completions.create(model="m", messages=HI).id for _ in range(count)]
+            assert len(rows(store.root, count)) == count
+        (a, _, _, client_a), (b, _, _, client_b) = replicas
+        feedback(client_a, response_id=ids[a.root][0], score="up")
+        feedback(client_b, response_id=ids[b.root][1], correction="42")
+        time.sleep(0.5)  # the writer process takes feedback off the request path
+    finally:
+        for _, recorder, running, _ in replicas:
+            running.stop()
+            recorder.close()
+        process.kill()
+        process.wait()
+
+    learner = tmp_path / "learner"
+    merge = [sys.executable, "-m", "gym_tf", "traffic", "merge", str(tmp_path / "a"), str(tmp_path / "b"),
+             "--workspace", str(learner)]
+    first = subprocess.run(merge, capture_output=True, text=True, timeout=120)
+    assert first.returncode == 0, first.stderr
+    assert "3 exchanges and 1 feedback" in first.stdout and "2 exchanges and 1 feedback" in first.stdout
+    again = subprocess.run(merge, capture_output=True, text=True, timeout=120)
+    assert again.stdout.count("0 exchanges and 0 feedback") == 2, again.stdout
+    merged = list(TrafficLog(learner).exchanges("default"))
+    assert sorted(e["response_id"] for e in merged) == sorted(ids[a.root] + ids[b.root])
+    with_feedback = {e["response_id"]: e["feedback"][0] for e in merged if e["feedback"]}
+    assert with_feedback[ids[a.root][0]]["score"] == 1.0 and with_feedback[ids[b.root][1]]["correction"] == "42"
+    own = subprocess.run([sys.executable, "-m", "gym_tf", "traffic", "merge", str(learner), "--workspace", str(learner)],
+                         capture_output=True, text=True, timeout=120)
+    assert own.returncode == 1 and "own traffic" in own.stderr
