@@ -321,6 +321,7 @@ def optimize(
 
     result = asyncio.run(run_optimizer(config, store, run_id))
     print_result(store, result)
+    report_to_mlflow(report_to, mlflow_tracking_uri, run=(store, result.run_id))
     if promote:
         console.print(promote_if_passed(store, result.run_id).reason, highlight=False)
 
@@ -354,7 +355,6 @@ def print_result(store: RunStore, result: Any) -> None:
     for note in result.progress.notes:
         console.print(note)
     console.print(f"run {result.run_id} {result.status}; library {short(result.library.id)}")
-    report_to_mlflow(report_to, mlflow_tracking_uri, run=(store, result.run_id))
     if result.library.items:
         console.print(f"compare it with no library on held-out problems: gym-tf eval --dataset HELD_OUT.jsonl "
                       f"--library none --library {short(result.library.id)} -k 4", highlight=False)
@@ -561,7 +561,7 @@ def serve(
                             follow_interval)
     app_ = create_app(target, store, ServerConfig(api_keys=keys, max_body_bytes=max_body_bytes,
                                                   max_library_tokens=max_library_tokens, admin_keys=admins,
-                                                  tenants=owners), recorder, follower)
+                                                  tenants=owners), recorder, follower=follower)
     err.print(f"serving {target.model} from {target.base_url} on http://{host}:{port}/v1; studio on "
               f"http://{host}:{port}/ui"
               f"{'; recording to ' + str(store.root) if record else ''}"

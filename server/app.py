@@ -121,7 +121,7 @@ def split_model(model: str | None) -> str | None:
 
 
 def create_app(upstream: Upstream, store: RunStore, config: ServerConfig | None = None,
-               recorder: Recorder | None = None, follower: Follower | None = None) -> FastAPI:
+               recorder: Recorder | None = None, *, follower: Follower | None = None) -> FastAPI:
     """The app. With a `recorder` (server.recording), every answered request is recorded and feedback is taken;
     with a `follower`, this server is a replica serving what its primary serves (server.follow)."""
     config = config or ServerConfig()

@@ -52,7 +52,7 @@ def test_a_replica_serves_what_the_primary_promotes_once_published_and_verified(
     primary_server = Running(create_app(Upstream(upstream_url), primary, ServerConfig(api_keys=["p"])))
     replica_store = RunStore(tmp_path / "replica")
     follower = Follower(replica_store, primary_server.url, node, signer.address, api_key="p", interval_s=0.1)
-    replica = Running(create_app(Upstream(upstream_url), replica_store, ServerConfig(api_keys=["r"]), follower))
+    replica = Running(create_app(Upstream(upstream_url), replica_store, ServerConfig(api_keys=["r"]), follower=follower))
     client = openai.OpenAI(base_url=replica.url, api_key="r", max_retries=0)
     ask = [{"role": "user", "content": "units?"}]
     try:

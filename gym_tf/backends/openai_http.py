@@ -136,10 +136,11 @@ class OpenAIBackend:
                                            f"not JSON: {exc}") from None
             else:
                 refused = False
-                self.slots.observe(time.perf_counter() - start, reply.usage.completion_tokens if reply.usage else 0)
         if refused:
             return await self._request(messages, n, params, offset)
-        return self._generation(reply, time.perf_counter() - start)
+        generation = self._generation(reply, time.perf_counter() - start)
+        self.slots.observe(generation.latency_s, generation.completion_tokens)
+        return generation
 
     def _generation(self, reply: Any, latency_s: float) -> Generation:
         """The reply as a Generation. The client does not validate what a server sends (an HTML login page arrives
