@@ -3,10 +3,11 @@
     python benchmarks/dataset_scale.py                    # 1,000 / 10,000 / 50,000 problems
     python benchmarks/dataset_scale.py --sizes 50000 --row-chars 4000
 
-For each size it writes a JSONL dataset (problems of `--row-chars` characters), then, each in a fresh process:
-- `lazy`: what `optimize` does before its first step: `open_dataset` (rows stay on disk), the dataset recorded in
-  a real run store, and the first batch read;
-- `whole`: the same with `load_dataset` (every row in memory): the baseline, measured in the same run.
+For each size it writes a JSONL dataset (problems of `--row-chars` characters), then, each in a fresh process, runs
+`optimize`'s first step on it (a real `Optimizer` and run store; a constant model, so optimize's own memory is what
+is measured) and stops:
+- `lazy`: as optimize runs now (`open_dataset`: rows stay on disk, a batch is read when its step comes);
+- `whole`: the same after `load_dataset` has read every row into memory: the baseline, measured in the same run.
 It prints each one's peak RSS (the process's own, interpreter and imports included) and the ratio lazy / whole.
 Then, on the largest size: rollout rows per second through `RunStore.put_rollouts` (the path optimize stores
 groups by, one step of 8 groups x 4 samples per transaction), and the time to resume: opening the run again and
@@ -27,17 +28,44 @@ from rich.console import Console
 from rich.table import Table
 
 CHILD = """
-import resource, sys, time
-from gym_tf.datasets import load_dataset, open_dataset
+import asyncio, resource, sys, time
+from gym_tf.backends import Choice, Generation
+from gym_tf.config import OptimizeConfig
+from gym_tf.datasets import load_dataset
+from gym_tf.optimize import Optimizer
 from gym_tf.store import RunStore
 path, mode, workspace = sys.argv[1:4]
+
+
+class Constant:  # a model that always answers 1: optimize's own work, not a model's, is what is measured
+    model = "constant"
+    def describe(self): return "constant"
+    async def generate(self, messages, n=1, **sampling):
+        return Generation([Choice("so \\\\boxed{1}", "stop", 3) for _ in range(n)], 20 * n, 3 * n, 0.0)
+    async def aclose(self): pass
+
+
+class FirstStepDone(Exception):
+    pass
+
+
+def stop_after_first(progress):
+    if progress.step > 1:
+        raise FirstStepDone
+
+
 start = time.perf_counter()
-problems = (open_dataset if mode == "lazy" else load_dataset)(path)
+if mode == "whole":  # the baseline: every row in memory first, as before
+    problems = load_dataset(path)
 store = RunStore(workspace)
-run = store.new_run("optimize", {"dataset": path}, "m", path, "empty")
-store.check_dataset(run, problems)
-first = [problems[i] for i in range(8)]
-print(len(problems), resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, time.perf_counter() - start)
+config = OptimizeConfig(dataset=path, epochs=1, batch_size=8, group_size=2, summarize=False)
+optimizer = Optimizer(config, store, Constant(), on_progress=stop_after_first)
+try:
+    asyncio.run(optimizer.run())
+except FirstStepDone:
+    pass
+assert len(store.steps(optimizer.run_id)) == 1, "the first step did not commit"
+print(len(optimizer.problems), resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, time.perf_counter() - start)
 """
 
 
@@ -86,8 +114,8 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=200, help="steps of rollouts written for the store's speed")
     args = parser.parse_args()
     console = Console()
-    table = Table(title=f"starting a run on N problems of {args.row_chars} characters: peak RSS")
-    for column in ("problems", "file MiB", "lazy MiB", "whole MiB", "lazy / whole", "lazy start s", "whole start s"):
+    table = Table(title=f"the first optimize step on N problems of {args.row_chars} characters: peak RSS")
+    for column in ("problems", "file MiB", "lazy MiB", "whole MiB", "lazy / whole", "lazy first step s", "whole first step s"):
         table.add_column(column, justify="right")
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
