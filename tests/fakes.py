@@ -1,4 +1,4 @@
-"""Small deterministic fakes at the LLM-client seam. The real engines are exercised in the *_real tests."""
+"""Small deterministic fakes at the seams (the LLM client, IPFS). The real engines are exercised in the *_real tests."""
 
 from __future__ import annotations
 
@@ -9,6 +9,8 @@ import re
 from typing import Any, Callable
 
 from gym_tf.backends import Choice, Generation
+from ledger.cid import cid
+from ledger.errors import TransportError
 
 
 def _stage(prompt: str) -> str:
@@ -90,3 +92,21 @@ class ScriptedBackend:
 
     async def aclose(self) -> None:
         pass
+
+
+class MemoryIpfs:
+    """A content-addressed store in a dict: what fetch reads is exactly the bytes under test."""
+
+    name = "memory"
+
+    def __init__(self):
+        self.blocks: dict[str, bytes] = {}
+
+    def add(self, data: bytes) -> str:
+        self.blocks[cid(data)] = data
+        return cid(data)
+
+    def cat(self, address: str) -> bytes:
+        if address not in self.blocks:
+            raise TransportError(f"memory: no block {address}")
+        return self.blocks[address]

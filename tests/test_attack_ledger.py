@@ -28,7 +28,7 @@ from gym_tf.optimize import Optimizer
 from gym_tf.publishing import fetch, publish, verify_ledger
 from gym_tf.store import RunStore
 from ledger.errors import LedgerError
-from test_attack_properties import MemoryIpfs
+from fakes import MemoryIpfs
 
 QUICK, SOAK = 300, int(os.environ.get("GYM_TF_SOAK_FLIPS", "2000"))
 VERSION_COLUMNS = ["id", "parent", "run_id", "step", "created", "content", "status", "config_hash", "evaluation",

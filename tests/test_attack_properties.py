@@ -21,6 +21,7 @@ from gym_tf.errors import DatasetError, GymTFError, LibraryError
 from gym_tf.learner import parse_ops
 from gym_tf.library import EMPTY_LIBRARY, AddOp, LibraryVersion, apply_ops
 from gym_tf.library_io import export_library, read_library_file
+from fakes import MemoryIpfs
 from gym_tf.publishing import fetch
 from gym_tf.store import RunStore
 from ledger.cid import cid
@@ -138,26 +139,6 @@ def dataset_attack(count: int, tmp: Path, tally: Counter):
 
 
 # --- library files and published manifests -------------------------------------------------------------------------
-
-
-class MemoryIpfs:
-    """A content-addressed store in a dict: what fetch reads is exactly the bytes under test."""
-
-    name = "memory"
-
-    def __init__(self):
-        self.blocks: dict[str, bytes] = {}
-
-    def add(self, data: bytes) -> str:
-        self.blocks[cid(data)] = data
-        return cid(data)
-
-    def cat(self, address: str) -> bytes:
-        from ledger.errors import TransportError
-
-        if address not in self.blocks:
-            raise TransportError(f"memory: no block {address}")
-        return self.blocks[address]
 
 
 def published_manifest(tmp: Path):

@@ -13,7 +13,7 @@ from eth_account import Account
 from markupsafe import escape
 from starlette.testclient import TestClient
 
-from fakes import ScriptedBackend
+from fakes import MemoryIpfs, ScriptedBackend
 from gym_tf.compare import compare
 from gym_tf.config import OptimizeConfig, RolloutConfig
 from gym_tf.datasets import load_dataset
@@ -31,20 +31,6 @@ from server.upstream import Upstream
 READER, ADMIN = {"Authorization": "Bearer reader"}, {"Authorization": "Bearer boss"}
 GATED = OptimizeConfig(dataset="quickstart", limit=8, batch_size=4, group_size=4, epochs=2, seed=3,
                        val_dataset="quickstart", val_samples=2)
-
-
-class MemoryIpfs:
-    name = "memory"
-
-    def __init__(self):
-        self.blocks: dict[str, bytes] = {}
-
-    def add(self, data: bytes) -> str:
-        self.blocks[cid(data)] = data
-        return cid(data)
-
-    def cat(self, address: str) -> bytes:
-        return self.blocks[address]
 
 
 class HurtByLibrary(ScriptedBackend):
