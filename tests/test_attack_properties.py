@@ -24,7 +24,6 @@ from gym_tf.library_io import export_library, read_library_file
 from fakes import MemoryIpfs
 from gym_tf.publishing import fetch
 from gym_tf.store import RunStore
-from ledger.cid import cid
 from ledger.errors import LedgerError
 from ledger.manifest import read_manifest
 
