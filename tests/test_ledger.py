@@ -115,6 +115,17 @@ def test_cids_equal_what_a_kubo_node_computes(node, size, tmp_path):
         assert cid(data) == str(CID("base32", 1, "raw", multihash.digest(data, "sha2-256")))
 
 
+def test_an_embedded_node_at_a_relative_path_adds_and_cats(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    relative = EmbeddedNode("workspace/ipfs")  # what the README's Python example passes
+    try:
+        address = relative.add(b"relative")
+        assert address == cid_v0(b"relative") and relative.cat(address) == b"relative"
+        assert (tmp_path / "workspace" / "ipfs" / "config").exists()  # the repo is where the user named it
+    finally:
+        relative.close()
+
+
 def test_library_ids_are_cids_and_stable_across_processes(trained):
     _, library = trained
     assert library.id == cid(library.canonical_bytes())
