@@ -99,31 +99,35 @@ async def one_family(family: str, args: argparse.Namespace, out: Path) -> dict:
                             library=[i.model_dump(mode="json") for i in result.library.items])
     comparison.write(folder / "comparison.json")
     plot(comparison, folder / "comparison.png", f"{family}: {backend.model}")
-    return row(comparison)
+    return row(comparison.to_dict())
 
 
-def row(c) -> dict:
-    none, learned = c.arms
-    m0, m1 = none.report.metrics, learned.report.metrics
-    return {"family": c.extra["family"], "model": c.extra["model"], "test": c.problems, "k": c.samples,
-            "items": learned.report.library_items,
-            "lessons": sum(i["kind"] == "lesson" if "kind" in i else True for i in c.extra["library"]),
-            "none_mean": m0.mean_at_k.value, "learned_mean": m1.mean_at_k.value,
-            "diff": learned.vs_baseline.value, "diff_low": learned.vs_baseline.low, "diff_high": learned.vs_baseline.high,
-            "none_majority": m0.majority.value, "learned_majority": m1.majority.value,
-            "mean_minus_none_majority": learned.mean_vs_baseline_majority.value,
-            "extra_prompt_tokens": c.extra_prompt_tokens(learned), "learning_tokens": learned.learning_tokens,
-            "wall_min": c.extra["wall_s"] / 60}
+def row(c: dict) -> dict:
+    """One table row from a family's comparison.json."""
+    none, learned = c["arms"]
+    interval = lambda e: (e["value"], e["low"], e["high"])  # noqa: E731
+    return {"family": c["family"], "model": c["model"], "test": c["problems"], "k": c["samples"],
+            "items": learned["library_items"], "lessons": sum(i.get("kind", "lesson") == "lesson" for i in c["library"]),
+            "none_mean": none["metrics"]["mean_at_k"]["value"], "learned_mean": learned["metrics"]["mean_at_k"]["value"],
+            "diff": interval(learned["mean_vs_baseline"]),
+            "none_majority": none["metrics"]["majority"]["value"],
+            "learned_majority": learned["metrics"]["majority"]["value"],
+            "majority_diff": interval(learned["majority_vs_baseline"]),
+            "mean_minus_none_majority": interval(learned["mean_vs_baseline_majority"]),
+            "extra_prompt_tokens": c["extra_prompt_tokens_per_call"][learned["name"]],
+            "learning_tokens": learned["tokens"]["learning"], "wall_min": c["wall_s"] / 60}
 
 
 def markdown(rows: list[dict]) -> str:
-    head = ("| family | test x k | none Mean@k | learned Mean@k | paired diff [95% CI] | none Maj@k | learned Maj@k | "
-            "items | extra prompt tok/call | learning tokens | wall |\n|---|---|---|---|---|---|---|---|---|---|---|\n")
+    ci = lambda e: f"{e[0]:+.3f} [{e[1]:+.3f}, {e[2]:+.3f}]"  # noqa: E731
+    head = ("| family | test x k | none Mean@k | learned Mean@k | Mean@k diff [95% CI] | none Maj@k | learned Maj@k | "
+            "Maj@k diff [95% CI] | learned Mean@k - none Maj@k | items (lessons) | extra prompt tok/call | "
+            "learning tokens | wall |\n" + "|---" * 13 + "|\n")
     return head + "".join(
-        f"| {r['family']} | {r['test']} x {r['k']} | {r['none_mean']:.3f} | {r['learned_mean']:.3f} | "
-        f"{r['diff']:+.3f} [{r['diff_low']:+.3f}, {r['diff_high']:+.3f}] | {r['none_majority']:.3f} | "
-        f"{r['learned_majority']:.3f} | {r['items']} | {r['extra_prompt_tokens']:+.0f} | {r['learning_tokens']} | "
-        f"{r['wall_min']:.0f} min |\n" for r in rows)
+        f"| {r['family']} | {r['test']} x {r['k']} | {r['none_mean']:.3f} | {r['learned_mean']:.3f} | {ci(r['diff'])} | "
+        f"{r['none_majority']:.3f} | {r['learned_majority']:.3f} | {ci(r['majority_diff'])} | "
+        f"{ci(r['mean_minus_none_majority'])} | {r['items']} ({r['lessons']}) | {r['extra_prompt_tokens']:+.0f} | "
+        f"{r['learning_tokens']:,} | {r['wall_min']:.0f} min |\n" for r in rows)
 
 
 def main() -> None:
@@ -147,7 +151,12 @@ def main() -> None:
     parser.add_argument("--model")
     parser.add_argument("--api-key")
     parser.add_argument("--out", type=Path, default=Path("learning-effect"))
+    parser.add_argument("--report", type=Path, nargs="+", metavar="COMPARISON_JSON",
+                        help="print the table of families already run (their comparison.json files), run nothing")
     args = parser.parse_args()
+    if args.report:
+        print(markdown([row(json.loads(path.read_text(encoding="utf-8"))) for path in args.report]), end="")
+        return
     args.out.mkdir(parents=True, exist_ok=True)
     print(f"machine: {platform.processor() or platform.machine()}, python {platform.python_version()}", flush=True)
     rows = []
