@@ -89,9 +89,16 @@ async def one_family(family: str, args: argparse.Namespace, out: Path) -> dict:
         learn_s = time.perf_counter() - started
         learning = sum(u["prompt"] + u["completion"] for u in store.usage(result.run_id).values())
         problems = load_dataset(str(test))
+        done: dict[str, int] = {}
+
+        def tested(arm, problem, group):
+            done[arm] = done.get(arm, 0) + 1
+            print(f"[{time.perf_counter() - started:6.0f}s] {family}: test {arm} {done[arm]}/{len(problems)}",
+                  file=sys.stderr, flush=True)
+
         comparison = await compare(backend, problems, load_reward(reward), args.k, config.rollout.sampling(),
                                    [("none", store.version("empty"), 0), ("learned", result.library, learning)],
-                                   seed=args.seed + 7)
+                                   seed=args.seed + 7, on_group=tested)
     finally:
         await backend.aclose()
     comparison.extra.update(family=family, model=backend.model, learn_s=learn_s,

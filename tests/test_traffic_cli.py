@@ -2,6 +2,7 @@
 client sending traffic and feedback, `gym-tf optimize --from-traffic --promote` against a real HTTP model server,
 and the running server switching the tenant's library with no restart while the other tenant sees none of it."""
 
+import contextlib
 import json
 import re
 import subprocess
@@ -20,31 +21,42 @@ from gym_tf.library import EMPTY_LIBRARY
 TESTS = Path(__file__).parent
 
 
-@pytest.fixture
-def production(tmp_path):
-    model_port, port = free_port(), free_port()
-    model = subprocess.Popen([sys.executable, str(TESTS / "fake_model_server.py"), str(model_port)])
+@contextlib.contextmanager
+def serving(tmp_path, model_url):
+    """`gym-tf serve --record --tenants` in its own process in front of `model_url`; openai clients per tenant."""
+    port = free_port()
     tenants = tmp_path / "tenants.toml"
     tenants.write_text('[tenant.acme]\nkeys = ["k-acme"]\n\n[tenant.globex]\nkeys = ["k-globex"]\n')
     workspace = tmp_path / "ws"
-    model_url = f"http://127.0.0.1:{model_port}/v1"
     server = subprocess.Popen([sys.executable, "-m", "gym_tf", "serve", "--upstream", model_url, "--record",
                                "--tenants", str(tenants), "--api-key", "k-default", "--port", str(port),
                                "--workspace", str(workspace)])
     try:
-        wait_for(f"{model_url}/models", model, 30)
         wait_for(f"http://127.0.0.1:{port}/health", server, 60)
-        clients = {t: openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key=f"k-{t}", max_retries=0)
-                   for t in ("acme", "globex", "default")}
-        yield clients, workspace, model_url
+        yield {t: openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key=f"k-{t}", max_retries=0)
+               for t in ("acme", "globex", "default")}, workspace
     finally:
-        for process in (server, model):
-            process.terminate()
-            process.wait(timeout=30)
+        server.terminate()
+        server.wait(timeout=30)
+
+
+@pytest.fixture
+def production(tmp_path):
+    model_port = free_port()
+    model = subprocess.Popen([sys.executable, str(TESTS / "fake_model_server.py"), str(model_port)])
+    model_url = f"http://127.0.0.1:{model_port}/v1"
+    try:
+        wait_for(f"{model_url}/models", model, 30)
+        with serving(tmp_path, model_url) as (clients, workspace):
+            yield clients, workspace, model_url
+    finally:
+        model.terminate()
+        model.wait(timeout=30)
 
 
 def version_of(client, text="What is 6 times 7?"):
-    reply = client.chat.completions.with_raw_response.create(model="m", messages=[{"role": "user", "content": text}])
+    reply = client.chat.completions.with_raw_response.create(model="m", max_tokens=16,
+                                                             messages=[{"role": "user", "content": text}])
     return reply.headers["x-gym-tf-library-version"]
 
 
@@ -126,3 +138,37 @@ def test_a_bad_redaction_hook_or_tenants_file_is_a_one_line_error(tmp_path):
     bad = run_cli("serve", "--tenants", str(tenants), "--upstream", "http://127.0.0.1:9/v1", "--workspace",
                   str(tmp_path / "ws"))
     assert bad.returncode == 1 and "must be letters" in bad.stderr and len(bad.stderr.strip().splitlines()) == 1
+
+
+def test_the_same_path_against_the_embedded_model_behind_llama_server(llama_server, tmp_path):
+    """The real thing: llama.cpp's server with the embedded model is the upstream and the frozen model. Which way
+    the gate goes is the model's business; the test holds the promises that do not depend on it."""
+    with serving(tmp_path, llama_server) as (clients, workspace):
+        acme = clients["acme"]
+        problems = load_dataset("quickstart")[:6]
+        for i, p in enumerate(problems):
+            reply = acme.chat.completions.create(model="qwen-0.5b", max_tokens=96,
+                                                 messages=[{"role": "user", "content": p.problem}])
+            assert reply.choices[0].message.content  # the real model answered, through the proxy
+            if i < 4:
+                acme.post("/feedback", body={"response_id": reply.id, "correction": p.answer}, cast_to=httpx.Response)
+        clients["globex"].chat.completions.create(model="qwen-0.5b", max_tokens=8,
+                                                  messages=[{"role": "user", "content": "globex secret 7"}])
+        stats = json.loads(run_cli("traffic", "stats", "--tenant", "acme", "--workspace", str(workspace)).stdout)
+        assert stats == {"tenant": "acme", "exchanges": 6, "feedback": 4}
+
+        learned = run_cli("optimize", "--from-traffic", "--tenant", "acme", "--val-fraction", "0.5", "--promote",
+                          "--base-url", llama_server, "--model", "qwen-0.5b", "--epochs", "1", "--batch-size", "4",
+                          "-G", "2", "--val-samples", "1", "--max-completion-tokens", "128",
+                          "--workspace", str(workspace))
+        assert learned.returncode == 0, learned.stderr
+        verdict = re.search(r"^(serving (\S+) to tenant 'acme'|no candidate passed the gate|version \S+ scores .* "
+                            r"below the start library's)", learned.stdout, re.MULTILINE)
+        assert verdict, learned.stdout
+        expected = verdict.group(2) or EMPTY_LIBRARY.id  # a promoted version is served at once; otherwise nothing moved
+        assert version_of(acme) == expected
+        assert version_of(clients["globex"]) == EMPTY_LIBRARY.id
+        assert version_of(clients["default"]) == EMPTY_LIBRARY.id
+        snapshot = next((workspace / "traffic-snapshots").glob("acme-*-train.jsonl")).read_text()
+        assert "globex secret" not in snapshot
+        assert run_cli("ledger", "verify", "--workspace", str(workspace)).returncode == 0
