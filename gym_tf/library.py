@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Annotated, Any, Literal, Union
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, field_validator, model_serializer
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, TypeAdapter, field_validator, model_serializer
 
 from gym_tf.retrieval import rank
 from ledger.cid import canonical, cid
@@ -20,7 +20,19 @@ from ledger.cid import canonical, cid
 MAX_EXPERIENCE_CHARS = 400
 MAX_EXAMPLE_CHARS = 1600  # a worked example: the problem and a verified solution, kept short
 
-ExperienceText = Annotated[str, Field(min_length=8, max_length=MAX_EXPERIENCE_CHARS)]
+MIN_LESSON_LETTERS = 10
+
+
+def _says_something(text: str) -> str:
+    """A lesson is advice in words: "8 + 32 = 40" is one problem's arithmetic, not a lesson (a 0.5B learner wrote
+    exactly that into a learned library). Letters are counted, not words, so scripts without spaces pass."""
+    if sum(c.isalpha() for c in text) < MIN_LESSON_LETTERS:
+        raise ValueError(f"a lesson needs at least {MIN_LESSON_LETTERS} letters of advice: state a general rule, "
+                         "not one problem's result")
+    return text
+
+
+ExperienceText = Annotated[str, Field(min_length=8, max_length=MAX_EXPERIENCE_CHARS), AfterValidator(_says_something)]
 ExampleText = Annotated[str, Field(min_length=8, max_length=MAX_EXAMPLE_CHARS)]
 
 

@@ -62,6 +62,16 @@ def test_op_schema_is_strict():
             OpAdapter.validate_python(bad)
 
 
+def test_a_lesson_is_advice_in_words_not_one_problems_result():
+    for result in ["8 + 32 = 40", "x = 3, y = 4 so 7", "-381 - 662 = -1043"]:
+        with pytest.raises(ValidationError, match="general rule"):
+            OpAdapter.validate_python({"op": "add", "text": result})
+        with pytest.raises(ValidationError, match="general rule"):
+            OpAdapter.validate_python({"op": "update", "id": "E1", "text": result})
+    for advice in ["Check units.", "a^2 + b^2 = c^2 for right triangles", "先检查单位再回答问题"]:  # any script
+        assert OpAdapter.validate_python({"op": "add", "text": advice}).text == advice
+
+
 def test_a_full_budget_still_lets_a_new_lesson_in():
     """Once the cap is reached, the newest lessons go in and the oldest make room: a new item always changes the
     rendered text, so the gate compares two different prompts (it used to see the same text and pass untested)."""
