@@ -39,7 +39,8 @@ json_values = st.recursive(
 OP_KEYS = ["op", "text", "id", "ids", "sources", "operations", "kind", "reason"]
 op_like = st.fixed_dictionaries({"op": st.sampled_from(["add", "update", "delete", "merge", "none", "example", "x"])},
                                 optional={k: json_values | st.text(max_size=300) for k in OP_KEYS[1:]})
-lesson = st.text(min_size=8, max_size=420)
+# a lesson needs 10 letters of advice (gym_tf.library): lead with them so valid replies stay common, then anything
+lesson = st.builds(str.__add__, st.text(st.characters(categories=["L"]), min_size=10, max_size=20), st.text(max_size=400))
 item_id = st.from_regex(r"E[0-9]{1,3}", fullmatch=True) | st.text(max_size=5)
 valid_op = (st.fixed_dictionaries({"op": st.just("add"), "text": lesson})
             | st.fixed_dictionaries({"op": st.just("update"), "id": item_id, "text": lesson})
