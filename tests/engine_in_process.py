@@ -1,7 +1,10 @@
 """The embedded engine in this process. Not collected by the main run: tests/test_real_engines.py runs this module in
 a child pytest, so a crash in native code (a segfault in llama.cpp) fails one test instead of killing the run."""
 
+import json
+
 import pytest
+from pydantic import ValidationError
 
 from gym_tf.backends.embedded import EmbeddedBackend
 from gym_tf.config import OptimizeConfig, RolloutConfig
@@ -32,8 +35,15 @@ async def test_embedded_backend_follows_the_ops_schema(embedded):
         [{"role": "user", "content": "Give one general lesson for solving percentage problems."}],
         n=1, temperature=0.3, max_tokens=200, json_schema=ops_schema(2),
     )
-    reply = OpsReply.model_validate_json(generation.choices[0].text)
-    assert 1 <= len(reply.operations) <= 2
+    text = generation.choices[0].text
+    try:
+        operations = OpsReply.model_validate_json(text).operations
+    except ValidationError as exc:
+        # The grammar guarantees the schema's shape. It cannot hold the lesson rule (10 letters of advice, in any
+        # script), which the learner enforces by retrying: that is the only failure allowed here.
+        assert all("a lesson needs" in error["msg"] for error in exc.errors()), exc
+        operations = json.loads(text)["operations"]
+    assert 1 <= len(operations) <= 2
 
 
 async def test_optimize_end_to_end_on_the_embedded_model(embedded, tmp_path):
