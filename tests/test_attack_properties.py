@@ -16,12 +16,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from fakes import MemoryIpfs
 from gym_tf.datasets import Problem, load_dataset
 from gym_tf.errors import DatasetError, GymTFError, LibraryError
 from gym_tf.learner import parse_ops
 from gym_tf.library import EMPTY_LIBRARY, AddOp, LibraryVersion, apply_ops
 from gym_tf.library_io import export_library, read_library_file
-from fakes import MemoryIpfs
 from gym_tf.publishing import fetch
 from gym_tf.store import RunStore
 from ledger.errors import LedgerError

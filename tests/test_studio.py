@@ -23,7 +23,6 @@ from gym_tf.optimize import Optimizer
 from gym_tf.publishing import publish
 from gym_tf.store import RunStore
 from gym_tf.studio import StudioConfig, studio_app
-from ledger.cid import cid
 from rewards import load_reward
 from server import ServerConfig, create_app
 from server.upstream import Upstream
