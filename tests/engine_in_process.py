@@ -3,12 +3,12 @@ a child pytest, so a crash in native code (a segfault in llama.cpp) fails one te
 
 import json
 
+import jsonschema
 import pytest
-from pydantic import ValidationError
 
 from gym_tf.backends.embedded import EmbeddedBackend
 from gym_tf.config import OptimizeConfig, RolloutConfig
-from gym_tf.library import OpsReply, ops_schema
+from gym_tf.library import ops_schema
 from gym_tf.optimize import Optimizer
 from gym_tf.store import RunStore
 
@@ -35,14 +35,11 @@ async def test_embedded_backend_follows_the_ops_schema(embedded):
         [{"role": "user", "content": "Give one general lesson for solving percentage problems."}],
         n=1, temperature=0.3, max_tokens=200, json_schema=ops_schema(2),
     )
-    text = generation.choices[0].text
-    try:
-        operations = OpsReply.model_validate_json(text).operations
-    except ValidationError as exc:
-        # The grammar guarantees the schema's shape. It cannot hold the lesson rule (10 letters of advice, in any
-        # script), which the learner enforces by retrying: that is the only failure allowed here.
-        assert all("a lesson needs" in error["msg"] for error in exc.errors()), exc
-        operations = json.loads(text)["operations"]
+    # The grammar holds the schema's shape. The lesson rule (10 letters of advice) is no grammar's to hold: the learner
+    # enforces it by retry (tests/test_optimize.py), so it is not asked of the raw reply here.
+    reply = json.loads(generation.choices[0].text)
+    jsonschema.validate(reply, ops_schema(2))
+    operations = reply["operations"]
     assert 1 <= len(operations) <= 2
 
 

@@ -9,13 +9,14 @@ import sys
 import time
 from pathlib import Path
 
+import jsonschema
 import pytest
 
 from conftest import run_cli
 from gym_tf.backends import BackendConfig, make_backend
 from gym_tf.backends.openai_http import OpenAIBackend
 from gym_tf.errors import ModelNotFound
-from gym_tf.library import OpsReply, ops_schema
+from gym_tf.library import ops_schema
 from gym_tf.store import RunStore
 
 pytestmark = pytest.mark.embedded
@@ -29,10 +30,11 @@ async def test_openai_backend_against_a_server_that_refuses_n(llama_server):
     assert len(generation.choices) == 3 and backend.supports_n is False
     assert generation.completion_tokens == sum(c.completion_tokens for c in generation.choices) > 0
     assert len({c.text for c in generation.choices}) > 1  # one seed per request: the group is not one answer thrice
-    # the learner's JSON request is constrained by the schema, and the reply parses
+    # the learner's JSON request is constrained by the schema: the reply holds its shape. The lesson rule (10 letters
+    # of advice) is no grammar's to hold; the learner enforces it by retry (tests/test_optimize.py)
     ops = await backend.generate([{"role": "user", "content": "Propose one lesson as library operations."}],
                                  max_tokens=200, temperature=0.2, json_schema=ops_schema(2))
-    OpsReply.model_validate_json(ops.choices[0].text)
+    jsonschema.validate(json.loads(ops.choices[0].text), ops_schema(2))
     assert backend.schema_modes == ["json_schema", "json_object"]
     await backend.aclose()
 
