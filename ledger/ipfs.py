@@ -16,6 +16,7 @@ import json
 import signal
 import tempfile
 import threading
+import time
 from pathlib import Path
 from typing import Any, Callable, Protocol
 
@@ -88,6 +89,9 @@ class Gateway:
         if reply.status_code != 200:
             raise TransportError(f"gateway {self.name} answered {reply.status_code} for {address}")
         return reply.content
+
+
+SIGNAL_CHECK_S = 0.2
 
 
 class EmbeddedNode:
@@ -163,7 +167,11 @@ class EmbeddedNode:
         result: list[Any] = []
         worker = threading.Thread(target=lambda: result.append(call(*args)), daemon=True)
         worker.start()
-        worker.join(self.timeout)
+        # Waited in short slices: the kernel may hand Ctrl-C to any thread (one of Go's), and Python runs its handler
+        # only when the main thread wakes; one long join would sleep through the signal until the deadline.
+        deadline = time.monotonic() + self.timeout
+        while worker.is_alive() and (left := deadline - time.monotonic()) > 0:
+            worker.join(min(left, SIGNAL_CHECK_S))
         if not result:  # the call goes on in Go; a daemon thread does not keep the process alive
             raise TransportError(f"{self.name}: {what} within {self.timeout:g} s")
         return result[0]
