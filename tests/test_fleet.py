@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import socket
 import subprocess
 import sys
@@ -101,20 +102,46 @@ async def test_every_replica_down_fails_with_the_last_error():
         await backend.generate([{"role": "user", "content": "x"}], n=2)
 
 
-def test_adaptive_limit_settles_just_above_a_batch_engines_capacity():
-    """The rule on an ideal engine: time per token is flat up to 16 in flight, then grows with the queue."""
-    limit = ConcurrencyLimit(1, adaptive=True)
-    history = []
-    for _ in range(60):
+def settle(latency, windows: int = 80, start: int = 1) -> list[int]:
+    """The adaptive limit from `start`, fed `latency(in_flight, answers so far)` per token a window at a time: its
+    limit after each window."""
+    limit = ConcurrencyLimit(start, adaptive=True)
+    history, answers = [], 0
+    for _ in range(windows):
         in_flight = int(limit.limit)
         for _ in range(max(4, in_flight)):
-            limit.observe(0.01 * max(1.0, in_flight / 16), 1)
-        history.append(limit.limit)
+            limit.observe(latency(in_flight, answers), 1)
+            answers += 1
+        history.append(int(limit.limit))
+    return history
+
+
+def test_adaptive_limit_keeps_a_continuous_batching_engine_full():
+    """An engine whose sequences finish at staggered times: time per token is flat up to 16 in flight, then grows
+    with the queue."""
+    history = settle(lambda in_flight, _: 0.01 * max(1.0, in_flight / 16))
     assert history[4] >= 16  # doubling from 1 reaches the batch within a few windows
-    assert all(16 <= h <= 26 for h in history[-20:]), history[-20:]  # full, with a short queue
-    before = limit.limit
+    assert all(32 <= h <= 45 for h in history[-20:]), history[-20:]  # full, with about one batch queued
+    limit = ConcurrencyLimit(40, adaptive=True)
     limit.overloaded()
-    assert limit.limit == pytest.approx(before / 2) and not limit.slow_start
+    assert limit.limit == pytest.approx(20) and not limit.slow_start
+
+
+@pytest.mark.parametrize("batch", [4, 64])
+def test_adaptive_limit_refills_an_engine_whose_whole_batch_finishes_at_once(batch):
+    """Equal-length answers finish together: a request waits whole batch times, and when the batch ends only what is
+    already queued can start at once. A 16-sequence engine with G=4 takes 4 requests; the old tolerance of 1.25
+    settled at 7 of them, so a quarter of the batch stood empty each turn (0.80 of capacity in the fleet benchmark)."""
+    history = settle(lambda in_flight, _: 0.01 * math.ceil(in_flight / batch))
+    restarted = [min(batch, h - batch) / batch for h in history[-20:]]  # share of the batch queued to start at once
+    assert min(restarted) >= 0.8, history[-20:]
+
+
+def test_one_slow_first_window_does_not_end_the_doubling():
+    """The first answers wait while the client launches every group at once (3,072 at 64 replicas): 3 of the first
+    window's 4 are three times slow; then an engine of 4 requests whose batch finishes together."""
+    history = settle(lambda in_flight, answers: 0.01 * math.ceil(in_flight / 4) * (3 if answers < 3 else 1), start=2)
+    assert history[0] < 4 and history[3] >= 8, history[:6]  # held back once, then doubling again
 
 
 async def test_adaptive_limit_fills_a_simulated_engine():
