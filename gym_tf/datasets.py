@@ -11,6 +11,8 @@ import csv
 import hashlib
 import io
 import json
+import os
+import tempfile
 from dataclasses import dataclass, field
 from functools import cached_property
 from importlib import resources
@@ -60,22 +62,37 @@ def dataset_hash(problems: Sequence[Problem]) -> str:
 class LazyProblems(Sequence[Problem]):
     """A JSONL dataset kept on disk: every row is read and checked once when it is opened (so a bad row still
     stops the load with its line), and what stays in memory is its offset, id and content hash; a problem is
-    parsed again when asked for. Memory grows by about 150 bytes a problem, not by the size of the rows."""
+    parsed again when asked for. Memory grows by about 150 bytes a problem, not by the size of the rows.
 
-    def __init__(self, path: Path, settings: tuple, limit: int | None):
+    With `index_dir`, that index is saved there, and opening the same file again (a resume) while its size,
+    modification time and inode are unchanged reads the index instead of every row. A row changed behind an unchanged
+    stat is still caught when it is read: its content hash no longer matches."""
+
+    def __init__(self, path: Path, settings: tuple, limit: int | None, index_dir: Path | None = None):
         self.path = path
         self._settings = settings  # problem_field, answer_field, id_field, require_answer
         self._offsets: list[int] = []
         self.fingerprints: list[tuple[str, str]] = []
+        stat = path.stat()
+        self._stat = [stat.st_size, stat.st_mtime_ns, stat.st_ino]  # before the scan: a write during it shows next time
+        key = json.dumps([str(path.resolve()), list(settings), limit])
+        index = index_dir / f"{hashlib.sha256(key.encode()).hexdigest()[:32]}.json" if index_dir else None
+        if index is not None and self._read_index(index):
+            return
+        self._scan(limit)
+        if index is not None:
+            self._write_index(index)
+
+    def _scan(self, limit: int | None) -> None:
         seen: set[str] = set()
-        with path.open("rb") as lines:
+        with self.path.open("rb") as lines:
             offset, number = 0, 0
             for raw in lines:
                 number += 1
                 if raw.strip():
                     problem = self._parse(raw, number, len(self._offsets))
                     if problem.id in seen:
-                        raise DatasetError(f"{path}:line {number}: duplicate id {problem.id!r}")
+                        raise DatasetError(f"{self.path}:line {number}: duplicate id {problem.id!r}")
                     seen.add(problem.id)
                     self._offsets.append(offset)
                     self.fingerprints.append((problem.id, problem.content_hash))
@@ -83,7 +100,35 @@ class LazyProblems(Sequence[Problem]):
                         break
                 offset += len(raw)
         if not self._offsets:
-            raise DatasetError(f"{path}: the dataset has no rows")
+            raise DatasetError(f"{self.path}: the dataset has no rows")
+
+    def _write_index(self, index: Path) -> None:
+        """Saved whole or not at all (a unique partial file, renamed); where it cannot be written, the next opening
+        scans again."""
+        try:
+            index.parent.mkdir(parents=True, exist_ok=True)
+            handle, partial = tempfile.mkstemp(dir=index.parent, suffix=".partial")
+        except OSError:
+            return
+        try:
+            with os.fdopen(handle, "w") as out:
+                json.dump({"stat": self._stat, "offsets": self._offsets, "fingerprints": self.fingerprints}, out)
+            os.replace(partial, index)
+        except OSError:
+            Path(partial).unlink(missing_ok=True)
+
+    def _read_index(self, index: Path) -> bool:
+        """The saved index, if it is for this file as it is now; an unreadable one is scanned over."""
+        try:
+            saved = json.loads(index.read_text())
+            if saved["stat"] != self._stat:
+                return False
+            self._offsets = [int(o) for o in saved["offsets"]]
+            self.fingerprints = [(str(i), str(h)) for i, h in saved["fingerprints"]]
+        except (OSError, ValueError, KeyError, TypeError):
+            self._offsets, self.fingerprints = [], []
+            return False
+        return len(self._offsets) == len(self.fingerprints) > 0
 
     def _parse(self, raw: bytes, number: int, index: int) -> Problem:
         try:
@@ -115,12 +160,14 @@ def open_dataset(
     id_field: str | None = None,
     require_answer: bool = True,
     limit: int | None = None,
+    index_dir: Path | None = None,
 ) -> Sequence[Problem]:
     """Like `load_dataset`, but a JSONL file stays on disk and rows are read as they are needed (big datasets).
-    Other formats load whole (a `datasets` directory is memory-mapped by Arrow already)."""
+    Other formats load whole (a `datasets` directory is memory-mapped by Arrow already). `index_dir` keeps the JSONL
+    file's index for the next opening (see `LazyProblems`)."""
     path = bundled_path(str(source)) if str(source) in BUNDLED else Path(source)
     if path.suffix in (".jsonl", ".json") and path.is_file():
-        return LazyProblems(path, (problem_field, answer_field, id_field, require_answer), limit)
+        return LazyProblems(path, (problem_field, answer_field, id_field, require_answer), limit, index_dir)
     return load_dataset(source, problem_field, answer_field, id_field, require_answer, limit)
 
 

@@ -74,7 +74,7 @@ class Optimizer:
         # recorded traffic has answers only where users gave feedback: the feedback reward handles the rest
         self.problems = open_dataset(config.dataset, config.problem_field, config.answer_field,
                                      require_answer=config.reward not in ANSWER_FREE and config.traffic is None,
-                                     limit=config.limit)
+                                     limit=config.limit, index_dir=store.root / "dataset-index")
         self.val_problems = (
             load_dataset(config.val_dataset, config.problem_field, config.answer_field,
                          require_answer=config.reward not in ANSWER_FREE)

@@ -131,3 +131,46 @@ def test_open_dataset_names_the_bad_line_and_notices_a_changed_file(tmp_path):
     path.write_text('{"problem": "a?", "answer": "9"}\n{"problem": "b?", "answer": "2"}\n')
     with pytest.raises(DatasetError, match="changed while the run reads it"):
         problems[0]
+
+
+def test_a_second_opening_reads_the_saved_index_until_the_file_changes(tmp_path, monkeypatch):
+    from gym_tf.datasets import LazyProblems, dataset_hash, open_dataset
+
+    path, index_dir = tmp_path / "big.jsonl", tmp_path / "index"
+    path.write_text("".join(json.dumps({"problem": f"{i} + {i}?", "answer": str(2 * i)}) + "\n" for i in range(50)))
+    first = open_dataset(path, index_dir=index_dir)
+    parsed = []
+    real_parse = LazyProblems._parse
+    monkeypatch.setattr(LazyProblems, "_parse", lambda self, *a: parsed.append(a[2]) or real_parse(self, *a))
+    again = open_dataset(path, index_dir=index_dir)  # a resume: no row is read to open it
+    assert parsed == [] and dataset_hash(again) == dataset_hash(first) and again[49] == first[49]
+    assert parsed == [49, 49]  # only the two reads just made
+    assert len(open_dataset(path, limit=5, index_dir=index_dir)) == 5  # another limit is another index
+
+    path.write_text(path.read_text() + json.dumps({"problem": "new?", "answer": "1"}) + "\n")
+    parsed.clear()
+    grown = open_dataset(path, index_dir=index_dir)  # a changed stat: scanned again
+    assert len(grown) == 51 and len(parsed) == 51 and grown[50].problem == "new?"
+
+    for index in index_dir.glob("*.json"):
+        index.write_text('{"stat": [1, 2')  # a torn or foreign index is scanned over, never trusted
+    parsed.clear()
+    assert dataset_hash(open_dataset(path, index_dir=index_dir)) == dataset_hash(grown) and len(parsed) == 51
+    assert not list(index_dir.glob("*.partial"))
+
+
+def test_a_row_changed_behind_an_unchanged_stat_is_caught_when_read(tmp_path):
+    import os
+
+    from gym_tf.datasets import open_dataset
+
+    path, index_dir = tmp_path / "d.jsonl", tmp_path / "index"
+    path.write_text('{"problem": "a?", "answer": "1"}\n{"problem": "b?", "answer": "2"}\n')
+    open_dataset(path, index_dir=index_dir)
+    stat = path.stat()
+    path.write_text('{"problem": "a?", "answer": "9"}\n{"problem": "b?", "answer": "2"}\n')  # same size
+    os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns))  # and the old modification time put back
+    problems = open_dataset(path, index_dir=index_dir)
+    assert problems[1].answer == "2"
+    with pytest.raises(DatasetError, match="changed while the run reads it"):
+        problems[0]
