@@ -113,7 +113,8 @@ def row(c: dict) -> dict:
     """One table row from a family's comparison.json."""
     none, learned = c["arms"]
     interval = lambda e: (e["value"], e["low"], e["high"])  # noqa: E731
-    return {"family": c["family"], "model": c["model"], "test": c["problems"], "k": c["samples"],
+    return {"family": c["family"], "seed": c["settings"]["seed"], "model": c["model"], "test": c["problems"],
+            "k": c["samples"],
             "items": learned["library_items"], "lessons": sum(i.get("kind", "lesson") == "lesson" for i in c["library"]),
             "none_mean": none["metrics"]["mean_at_k"]["value"], "learned_mean": learned["metrics"]["mean_at_k"]["value"],
             "diff": interval(learned["mean_vs_baseline"]),
@@ -127,11 +128,11 @@ def row(c: dict) -> dict:
 
 def markdown(rows: list[dict]) -> str:
     ci = lambda e: f"{e[0]:+.3f} [{e[1]:+.3f}, {e[2]:+.3f}]"  # noqa: E731
-    head = ("| family | test x k | none Mean@k | learned Mean@k | Mean@k diff [95% CI] | none Maj@k | learned Maj@k | "
+    head = ("| family | seed | test x k | none Mean@k | learned Mean@k | Mean@k diff [95% CI] | none Maj@k | learned Maj@k | "
             "Maj@k diff [95% CI] | learned Mean@k - none Maj@k | items (lessons) | extra prompt tok/call | "
-            "learning tokens | wall |\n" + "|---" * 13 + "|\n")
+            "learning tokens | wall |\n" + "|---" * 14 + "|\n")
     return head + "".join(
-        f"| {r['family']} | {r['test']} x {r['k']} | {r['none_mean']:.3f} | {r['learned_mean']:.3f} | {ci(r['diff'])} | "
+        f"| {r['family']} | {r['seed']} | {r['test']} x {r['k']} | {r['none_mean']:.3f} | {r['learned_mean']:.3f} | {ci(r['diff'])} | "
         f"{r['none_majority']:.3f} | {r['learned_majority']:.3f} | {ci(r['majority_diff'])} | "
         f"{ci(r['mean_minus_none_majority'])} | {r['items']} ({r['lessons']}) | {r['extra_prompt_tokens']:+.0f} | "
         f"{r['learning_tokens']:,} | {r['wall_min']:.0f} min |\n" for r in rows)
