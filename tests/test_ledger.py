@@ -489,12 +489,14 @@ def test_fetching_what_no_node_has_ends_at_a_deadline_naming_it(tmp_path):
 @pytest.mark.parametrize("signal_number, to", [(signal.SIGTERM, "process"), (signal.SIGINT, "process"),
                                                (signal.SIGINT, "another thread")])
 def test_a_signal_ends_a_waiting_fetch_promptly(signal_number, to, tmp_path):
-    """The kernel hands a process's signal to any thread that does not block it, one of Go's included (a loaded
-    machine made this a flake); `another thread` sends it to one on purpose."""
+    """The kernel hands a process's signal to any thread that does not block it, one of Go's included; `another
+    thread` sends it to one on purpose. The fetch is started as from a terminal, with Ctrl-C not ignored: a shell
+    starts background jobs (`pytest ... &`) with SIGINT ignored, and a child inherits that, rightly."""
     missing = cid(os.urandom(64))
     log = tmp_path / "ws" / "ipfs" / "kubo.log"
     process = subprocess.Popen(_fetch_command(missing, tmp_path / "ws", "600"), cwd=tmp_path,
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         deadline = time.monotonic() + 120
         while not (log.exists() and missing in log.read_text()) and time.monotonic() < deadline:
