@@ -121,14 +121,14 @@ class LazyProblems(Sequence[Problem]):
         """The saved index, if it is for this file as it is now; an unreadable one is scanned over."""
         try:
             saved = json.loads(index.read_text())
-            if saved["stat"] != self._stat:
+            offsets = [int(o) for o in saved["offsets"]]
+            fingerprints = [(str(i), str(h)) for i, h in saved["fingerprints"]]
+            if saved["stat"] != self._stat or not len(offsets) == len(fingerprints) > 0:
                 return False
-            self._offsets = [int(o) for o in saved["offsets"]]
-            self.fingerprints = [(str(i), str(h)) for i, h in saved["fingerprints"]]
         except (OSError, ValueError, KeyError, TypeError):
-            self._offsets, self.fingerprints = [], []
             return False
-        return len(self._offsets) == len(self.fingerprints) > 0
+        self._offsets, self.fingerprints = offsets, fingerprints
+        return True
 
     def _parse(self, raw: bytes, number: int, index: int) -> Problem:
         try:

@@ -152,10 +152,14 @@ def test_a_second_opening_reads_the_saved_index_until_the_file_changes(tmp_path,
     grown = open_dataset(path, index_dir=index_dir)  # a changed stat: scanned again
     assert len(grown) == 51 and len(parsed) == 51 and grown[50].problem == "new?"
 
-    for index in index_dir.glob("*.json"):
-        index.write_text('{"stat": [1, 2')  # a torn or foreign index is scanned over, never trusted
-    parsed.clear()
-    assert dataset_hash(open_dataset(path, index_dir=index_dir)) == dataset_hash(grown) and len(parsed) == 51
+    stat = path.stat()
+    for broken in ['{"stat": [1, 2', json.dumps({"stat": [stat.st_size, stat.st_mtime_ns, stat.st_ino],
+                                                 "offsets": [0, 1], "fingerprints": [["a", "b"]]})]:
+        for index in index_dir.glob("*.json"):
+            index.write_text(broken)  # a torn or inconsistent index is scanned over, never trusted
+        parsed.clear()
+        reopened = open_dataset(path, index_dir=index_dir)
+        assert dataset_hash(reopened) == dataset_hash(grown) and len(reopened) == 51 and len(parsed) == 51
     assert not list(index_dir.glob("*.partial"))
 
 
