@@ -36,7 +36,7 @@ async def test_embedded_backend_follows_the_ops_schema(embedded):
         n=1, temperature=0.3, max_tokens=200, json_schema=ops_schema(2),
     )
     # The grammar holds the schema's shape. The lesson rule (10 letters of advice) is no grammar's to hold: the learner
-    # enforces it by retry (tests/test_optimize.py), so it is not asked of the raw reply here.
+    # enforces it by retry (tests/test_optimize.py, the '8 + 32 = 40' case), so it is not asked of the raw reply here.
     reply = json.loads(generation.choices[0].text)
     jsonschema.validate(reply, ops_schema(2))
     operations = reply["operations"]

@@ -107,6 +107,20 @@ async def test_retry_shows_the_error_and_then_applies(store, quickstart):
     assert "Field required at operations.0.add.text" in retry[-1]["content"]
 
 
+async def test_a_lesson_that_is_one_problems_result_is_refused_and_asked_again(store, quickstart):
+    """The lesson rule (10 letters of advice) is the learner's to hold, by retry: what the embedded 0.5B wrote."""
+    def arithmetic_first(stage, prompt, attempt):
+        if stage == "extract" and attempt == 0:
+            return '{"operations": [{"op": "add", "text": "8 + 32 = 40"}]}'
+        return default_learner(stage, prompt, attempt)
+
+    backend = ScriptedBackend({p.problem: p.answer for p in quickstart}, learner=arithmetic_first)
+    _, result = await run(store, backend, SMALL.model_copy(update={"epochs": 1}))
+    assert result.library.items and all("8 + 32" not in item.text for item in result.library.items)
+    retry = next(json.loads(r["messages"]) for r in store.db["learner_calls"].rows_where("attempt = 1"))
+    assert "a lesson needs at least 10 letters of advice" in retry[-1]["content"]
+
+
 async def test_unknown_ids_are_rejected_and_recorded(store, quickstart):
     def sloppy(stage, prompt, attempt):
         if stage == "consolidate":

@@ -31,7 +31,7 @@ async def test_openai_backend_against_a_server_that_refuses_n(llama_server):
     assert generation.completion_tokens == sum(c.completion_tokens for c in generation.choices) > 0
     assert len({c.text for c in generation.choices}) > 1  # one seed per request: the group is not one answer thrice
     # the learner's JSON request is constrained by the schema: the reply holds its shape. The lesson rule (10 letters
-    # of advice) is no grammar's to hold; the learner enforces it by retry (tests/test_optimize.py)
+    # of advice) is no grammar's to hold; the learner enforces it by retry (tests/test_optimize.py, '8 + 32 = 40')
     ops = await backend.generate([{"role": "user", "content": "Propose one lesson as library operations."}],
                                  max_tokens=200, temperature=0.2, json_schema=ops_schema(2))
     jsonschema.validate(json.loads(ops.choices[0].text), ops_schema(2))
