@@ -9,6 +9,7 @@ with the defaults below takes 30 to 60 minutes. Any OpenAI-compatible backend ru
 
     python benchmarks/learning_effect.py --families leg_counting,gcd --out bench-out
     python benchmarks/learning_effect.py --families basic_arithmetic --base-url http://127.0.0.1:8000/v1
+    python benchmarks/learning_effect.py --families chain_sum --learner-model-file qwen2.5-coder-1.5b-q4_k_m.gguf
 """
 
 from __future__ import annotations
@@ -68,15 +69,20 @@ async def one_family(family: str, args: argparse.Namespace, out: Path) -> dict:
     folder.mkdir(parents=True, exist_ok=True)
     train, val, test, reward = splits(family, args, folder)
     backend_config = BackendConfig(base_url=args.base_url, model=args.model, api_key=args.api_key)
+    learner_config = None
+    if args.learner_base_url or args.learner_model_file:  # a different (larger) model writes the library
+        learner_config = BackendConfig(base_url=args.learner_base_url, model=args.learner_model,
+                                       model_file=args.learner_model_file, api_key=args.api_key)
     config = OptimizeConfig(
         dataset=str(train), val_dataset=str(val), val_samples=args.val_samples, reward=reward, epochs=args.epochs,
         batch_size=args.batch_size, group_size=args.group_size, seed=args.seed, summarize=args.summarize,
         hard_groups=args.hard_groups, examples_per_prompt=args.examples, worked_examples=args.examples > 0,
         retrieve_lessons=args.retrieve_lessons, rollout=RolloutConfig(max_completion_tokens=args.max_completion_tokens),
-        backend=backend_config,
+        backend=backend_config, learner=learner_config,
     )
     store = RunStore(folder / "ws")
     backend = await make_backend(backend_config)
+    learner = await make_backend(learner_config) if learner_config else None
     started = time.perf_counter()
     try:
         def progress(p):
@@ -85,7 +91,7 @@ async def one_family(family: str, args: argparse.Namespace, out: Path) -> dict:
                 print(f"[{time.perf_counter() - started:6.0f}s] {line}", file=sys.stderr, flush=True)
                 progress.last = line
 
-        result = await Optimizer(config, store, backend, on_progress=progress).run()
+        result = await Optimizer(config, store, backend, learner, on_progress=progress).run()
         learn_s = time.perf_counter() - started
         learning = sum(u["prompt"] + u["completion"] for u in store.usage(result.run_id).values())
         problems = load_dataset(str(test))
@@ -101,7 +107,9 @@ async def one_family(family: str, args: argparse.Namespace, out: Path) -> dict:
                                    seed=args.seed + 7, on_group=tested)
     finally:
         await backend.aclose()
-    comparison.extra.update(family=family, model=backend.model, learn_s=learn_s,
+        if learner:
+            await learner.aclose()
+    comparison.extra.update(family=family, model=backend.model, learner=(learner or backend).model, learn_s=learn_s,
                             wall_s=time.perf_counter() - started, settings={k: str(v) for k, v in vars(args).items()},
                             library=[i.model_dump(mode="json") for i in result.library.items])
     comparison.write(folder / "comparison.json")
@@ -113,7 +121,8 @@ def row(c: dict) -> dict:
     """One table row from a family's comparison.json."""
     none, learned = c["arms"]
     interval = lambda e: (e["value"], e["low"], e["high"])  # noqa: E731
-    return {"family": c["family"], "seed": c["settings"]["seed"], "model": c["model"], "test": c["problems"],
+    return {"family": c["family"], "seed": c["settings"]["seed"], "model": c["model"],
+            "learner": c.get("learner", c["model"]), "test": c["problems"],
             "k": c["samples"],
             "items": learned["library_items"], "lessons": sum(i.get("kind", "lesson") == "lesson" for i in c["library"]),
             "none_mean": none["metrics"]["mean_at_k"]["value"], "learned_mean": learned["metrics"]["mean_at_k"]["value"],
@@ -128,11 +137,11 @@ def row(c: dict) -> dict:
 
 def markdown(rows: list[dict]) -> str:
     ci = lambda e: f"{e[0]:+.3f} [{e[1]:+.3f}, {e[2]:+.3f}]"  # noqa: E731
-    head = ("| family | seed | test x k | none Mean@k | learned Mean@k | Mean@k diff [95% CI] | none Maj@k | learned Maj@k | "
+    head = ("| family | seed | learner | test x k | none Mean@k | learned Mean@k | Mean@k diff [95% CI] | none Maj@k | learned Maj@k | "
             "Maj@k diff [95% CI] | learned Mean@k - none Maj@k | items (lessons) | extra prompt tok/call | "
-            "learning tokens | wall |\n" + "|---" * 14 + "|\n")
+            "learning tokens | wall |\n" + "|---" * 15 + "|\n")
     return head + "".join(
-        f"| {r['family']} | {r['seed']} | {r['test']} x {r['k']} | {r['none_mean']:.3f} | {r['learned_mean']:.3f} | {ci(r['diff'])} | "
+        f"| {r['family']} | {r['seed']} | {r['learner']} | {r['test']} x {r['k']} | {r['none_mean']:.3f} | {r['learned_mean']:.3f} | {ci(r['diff'])} | "
         f"{r['none_majority']:.3f} | {r['learned_majority']:.3f} | {ci(r['majority_diff'])} | "
         f"{ci(r['mean_minus_none_majority'])} | {r['items']} ({r['lessons']}) | {r['extra_prompt_tokens']:+.0f} | "
         f"{r['learning_tokens']:,} | {r['wall_min']:.0f} min |\n" for r in rows)
@@ -158,6 +167,9 @@ def main() -> None:
     parser.add_argument("--base-url")
     parser.add_argument("--model")
     parser.add_argument("--api-key")
+    parser.add_argument("--learner-base-url", help="a different server for the learning stages")
+    parser.add_argument("--learner-model")
+    parser.add_argument("--learner-model-file", help="a local GGUF for the learning stages (embedded engine)")
     parser.add_argument("--out", type=Path, default=Path("learning-effect"))
     parser.add_argument("--report", type=Path, nargs="+", metavar="COMPARISON_JSON",
                         help="print the table of families already run (their comparison.json files), run nothing")

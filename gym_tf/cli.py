@@ -275,6 +275,9 @@ def optimize(
     learner_base_url: Annotated[Optional[list[str]], typer.Option(
         help="a different server for the learning stages; repeat for replicas")] = None,
     learner_model: Annotated[Optional[str], typer.Option(help="the learning stages' model")] = None,
+    learner_model_file: Annotated[Optional[str], typer.Option(
+        help="a local GGUF file for the learning stages, run by the embedded engine (e.g. a larger model than "
+             "the policy)")] = None,
     from_traffic: Annotated[bool, typer.Option(help="learn from the requests `serve --record` kept and their "
                                                     "feedback, instead of --dataset")] = False,
     tenant: Annotated[str, typer.Option(help="with --from-traffic: whose traffic, and whose library line")] = "default",
@@ -301,9 +304,10 @@ def optimize(
     else:
         run_id = None
         learner = None
-        if learner_base_url or learner_model:
-            learner = backend_config("auto", learner_base_url or base_url, learner_model, api_key, None, concurrency,
-                                     timeout)
+        if learner_base_url or learner_model or learner_model_file:
+            learner_url = learner_base_url or (None if learner_model_file else base_url)
+            learner = backend_config("auto", learner_url, learner_model, api_key, learner_model_file,
+                                     concurrency, timeout)
         config = OptimizeConfig(
             dataset=dataset, problem_field=problem_field, answer_field=answer_field, limit=limit, epochs=epochs,
             batch_size=batch_size, group_size=group_size, seed=seed, reward=reward, val_dataset=val_dataset,

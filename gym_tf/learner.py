@@ -10,8 +10,9 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
-from dataclasses import dataclass
-from typing import Any
+import re
+from dataclasses import dataclass, field
+from typing import Any, Iterable
 
 from pydantic import ValidationError
 
@@ -21,6 +22,53 @@ from gym_tf.library import LibraryVersion, OpsReply, ops_schema
 from gym_tf.prompts import render
 from gym_tf.rollouts import Rollout
 from gym_tf.store import RunStore
+
+
+NUMBER = re.compile(r"\d+(?:[.,]\d+)*")
+
+
+def numbers_of(problem: Problem) -> frozenset[str]:
+    return frozenset(NUMBER.findall(f"{problem.problem} {problem.answer or ''}"))
+
+
+def repeats_problem(text: str, numbers: frozenset[str]) -> list[str]:
+    """The problem's numbers that a lesson repeats, when they make it a note about that problem: any of two or more
+    digits, or two or more of any size. "To solve the arithmetic problem 49 + 32, ..." and "3 - 7 + 0 + 3: start
+    with 3 - 7 = -4" (both from a 1.5B learner) are; "add two numbers at a time" is not."""
+    repeated = sorted(set(NUMBER.findall(text)) & numbers)
+    long = [n for n in repeated if sum(c.isdigit() for c in n) >= 2]
+    return repeated if long or len(repeated) >= 2 else []
+
+
+@dataclass(frozen=True)
+class OpRules:
+    """What a reply's ops may name and say beyond the ops schema: only the ids of the library's lessons, and not the
+    numbers of a problem they were learned from. The schema holds the first where decoding is constrained; both are
+    checked on every reply, and a reply that breaks one is asked again with the reason."""
+
+    ids: tuple[str, ...] = ()
+    numbers: tuple[frozenset[str], ...] = ()  # one set per problem
+
+    @classmethod
+    def of(cls, library: LibraryVersion, problems: Iterable[Problem] = ()) -> OpRules:
+        return cls(tuple(i.id for i in library.items if i.kind == "lesson"), tuple(numbers_of(p) for p in problems))
+
+    def schema(self, max_ops: int) -> dict[str, Any]:
+        return ops_schema(max_ops, self.ids)
+
+    def broken_by(self, ops: list[Any]) -> str | None:
+        for n, op in enumerate(ops):
+            named = [op.id] if hasattr(op, "id") else list(getattr(op, "ids", ()))
+            unknown = [i for i in named if i not in self.ids]
+            if unknown:
+                known = ", ".join(self.ids) if self.ids else "none yet: use add or none"
+                return f"unknown id {unknown[0]} at operations.{n}: the library's lessons are {known}"
+            for numbers in self.numbers:
+                repeated = repeats_problem(getattr(op, "text", ""), numbers)
+                if repeated:
+                    return (f"the lesson at operations.{n} repeats the problem's numbers ({', '.join(repeated)}): "
+                            "state the general rule, without them")
+        return None
 
 
 @dataclass(frozen=True)
@@ -43,24 +91,27 @@ class LearnerCalls:
         self.sampling = sampling
         self.max_attempts = max_attempts
 
-    async def ask(self, step: int, stage: str, subject: str, prompt: str, max_ops: int | None) -> StageReply:
-        """One stage's reply: `max_ops` None asks for text, else for at most `max_ops` typed operations."""
+    async def ask(self, step: int, stage: str, subject: str, prompt: str, max_ops: int | None,
+                  rules: OpRules | None = None) -> StageReply:
+        """One stage's reply: `max_ops` None asks for text, else for at most `max_ops` typed operations that keep
+        `rules` (default: any ids, any text)."""
         want_ops = max_ops is not None
         messages: list[dict[str, Any]] = [{"role": "user", "content": prompt}]
         calls = prompt_tokens = completion_tokens = 0
         error: str | None = None
         text = ""
+        schema = (rules.schema(max_ops) if rules else ops_schema(max_ops)) if want_ops else None
         for attempt in range(self.max_attempts if want_ops else 1):
             stored = self.store.learner_call(self.run_id, step, stage, subject, attempt)
             if stored is None:
                 generation = await self.backend.generate(
-                    messages, n=1, **{**self.sampling.__dict__, "json_schema": ops_schema(max_ops) if want_ops else None}
+                    messages, n=1, **{**self.sampling.__dict__, "json_schema": schema}
                 )
                 text = generation.choices[0].text
                 calls += 1
                 prompt_tokens += generation.prompt_tokens
                 completion_tokens += generation.completion_tokens
-                ops, error = parse_ops(text, max_ops) if want_ops else ([], None)
+                ops, error = parse_ops(text, max_ops, rules) if want_ops else ([], None)
                 self.store.put_learner_call(
                     self.run_id, step, stage, subject, attempt, messages=messages, reply=text,
                     prompt_tokens=generation.prompt_tokens, completion_tokens=generation.completion_tokens,
@@ -68,7 +119,7 @@ class LearnerCalls:
                 )
             else:
                 text = stored["reply"]
-                ops, error = parse_ops(text, max_ops) if want_ops else ([], None)
+                ops, error = parse_ops(text, max_ops, rules) if want_ops else ([], None)
             if error is None:
                 return StageReply(text, ops, None, calls, prompt_tokens, completion_tokens)
             messages = [*messages, {"role": "assistant", "content": text},
@@ -104,8 +155,9 @@ class JudgeCalls:
         return generation
 
 
-def parse_ops(reply: str, max_ops: int | None = None) -> tuple[list[Any], str | None]:
-    """Strictly parse a learner reply into typed ops. Returns (ops, None) or ([], the reason it failed)."""
+def parse_ops(reply: str, max_ops: int | None = None, rules: OpRules | None = None) -> tuple[list[Any], str | None]:
+    """Strictly parse a learner reply into typed ops that keep `rules`. Returns (ops, None) or ([], the reason it
+    failed)."""
     body = reply.strip()
     if body.startswith("```"):
         body = body.strip("`").removeprefix("json").strip()
@@ -113,7 +165,8 @@ def parse_ops(reply: str, max_ops: int | None = None) -> tuple[list[Any], str | 
         ops = list(OpsReply.model_validate_json(body).operations)
         if max_ops is not None and len(ops) > max_ops:
             return [], f"at most {max_ops} operations are allowed, got {len(ops)}"
-        return ops, None
+        broken = rules.broken_by(ops) if rules else None
+        return ([], broken) if broken else (ops, None)
     except ValidationError as exc:
         first = exc.errors()[0]
         where = ".".join(str(p) for p in first["loc"])

@@ -96,10 +96,28 @@ class OpsReply(BaseModel):
 OPS_SCHEMA: dict[str, Any] = OpsReply.model_json_schema()
 
 
-def ops_schema(max_ops: int) -> dict[str, Any]:
-    """The ops schema with at most `max_ops` operations: with constrained decoding, a small model cannot ramble on."""
+def ops_schema(max_ops: int, ids: tuple[str, ...] | None = None) -> dict[str, Any]:
+    """The ops schema with at most `max_ops` operations: with constrained decoding, a small model cannot ramble on.
+    With `ids` (the lessons the learner may name), an op names only one of them, and an op that needs more lessons
+    than there are leaves the schema: no update or delete on a library without lessons, no merge below two. (A 1.5B
+    learner facing an empty library answered `update` of ids it made up, "attempt2" and "library_1".)"""
     schema = json.loads(json.dumps(OPS_SCHEMA))
-    schema["properties"]["operations"]["maxItems"] = max_ops
+    operations = schema["properties"]["operations"]
+    operations["maxItems"] = max_ops
+    if ids is None:
+        return schema
+    needs = {"UpdateOp": 1, "DeleteOp": 1, "MergeOp": 2}
+    keep = {name for name in schema["$defs"] if len(ids) >= needs.get(name, 0)}
+    items = operations["items"]
+    items["oneOf"] = [ref for ref in items["oneOf"] if ref["$ref"].rsplit("/", 1)[1] in keep]
+    items["discriminator"]["mapping"] = {op: ref for op, ref in items["discriminator"]["mapping"].items()
+                                         if ref.rsplit("/", 1)[1] in keep}
+    defs = schema["$defs"]
+    for name in ("UpdateOp", "DeleteOp"):
+        defs[name]["properties"]["id"]["enum"] = list(ids)
+    defs["MergeOp"]["properties"]["ids"]["items"]["enum"] = list(ids)
+    for name in set(defs) - keep:
+        del defs[name]
     return schema
 OpAdapter: TypeAdapter[Any] = TypeAdapter(LibraryOp)
 

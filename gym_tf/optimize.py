@@ -20,7 +20,8 @@ from gym_tf.config import OptimizeConfig
 from gym_tf.datasets import Problem, load_dataset, open_dataset
 from gym_tf.errors import BudgetExhausted, StoreError
 from gym_tf.evaluate import evaluate
-from gym_tf.learner import JudgeCalls, LearnerCalls, StageReply, consolidate_prompt, group_prompt, summarize_prompt
+from gym_tf.learner import (JudgeCalls, LearnerCalls, OpRules, StageReply, consolidate_prompt, group_prompt,
+                             summarize_prompt)
 from gym_tf.library import ExampleOp, LibraryVersion, OpVerdict, Provenance, apply_ops, with_policy
 from gym_tf.metrics import paired_difference
 from gym_tf.rollouts import Rollout, rollout_many
@@ -177,7 +178,7 @@ class Optimizer:
         replies = await gather_or_cancel(*(
             self.learner.ask(step, "extract", p.id,
                              group_prompt(p, summaries[p.id], library, cfg.max_ops_per_group, hard=p in hard),
-                             cfg.max_ops_per_group)
+                             cfg.max_ops_per_group, OpRules.of(library, [p]))
             for p in learn_from
         ))
         rejected = [("extract", OpVerdict({"problem": p.id, "reply": r.text}, False, r.error or ""))
@@ -189,8 +190,10 @@ class Optimizer:
         # --- consolidate the batch: one call reconciles every proposal with the library
         ops, provenance = [], {}
         if proposals:
+            proposing = {pid for pid, _ in proposals}
             merged = await self.learner.ask(step, "consolidate", "batch", consolidate_prompt(proposals, library),
-                                            max_ops=min(16, len(proposals) + len(library.items)))
+                                            max_ops=min(16, len(proposals) + len(library.items)),
+                                            rules=OpRules.of(library, [p for p in learn_from if p.id in proposing]))
             if merged.error:
                 # The consolidation reply is unusable: keep it on record, and fall back to the proposals themselves,
                 # each still checked by apply_ops, rather than losing the step's lessons.

@@ -43,6 +43,23 @@ async def test_embedded_backend_follows_the_ops_schema(embedded):
     assert 1 <= len(operations) <= 2
 
 
+@pytest.mark.parametrize("ids", [(), ("E1", "E2")])
+async def test_embedded_backend_names_only_the_librarys_ids(embedded, ids):
+    """Told to update an id that does not exist (what a 1.5B learner did on an empty library), the grammar of the
+    narrowed schema lets the model name only the library's lessons, or add when it has none."""
+    schema = ops_schema(1, ids)
+    generation = await embedded.generate(
+        [{"role": "user", "content": 'Reply with JSON: update the lesson with id "attempt2" to say "Check each step '
+                                     'before the next one."'}],
+        n=1, temperature=0.3, max_tokens=120, json_schema=schema,
+    )
+    reply = json.loads(generation.choices[0].text)
+    jsonschema.validate(reply, schema)
+    [op] = reply["operations"]
+    assert op["op"] in (("add", "none") if not ids else ("add", "none", "update", "delete"))
+    assert op.get("id") in (None, *ids)
+
+
 async def test_optimize_end_to_end_on_the_embedded_model(embedded, tmp_path):
     store = RunStore(tmp_path / "ws")
     result = await Optimizer(OptimizeConfig(**TINY), store, embedded).run()

@@ -1,7 +1,7 @@
 """Simulated inference engines that behave like vLLM where load balancing cares, behind httpx transports.
 
 Each engine runs up to `batch` sequences at once at a fixed time per token; a request for n samples needs n free
-sequence slots and waits in a FIFO queue until it has them. So one engine's capacity is batch / (tokens x
+sequence slots and waits in a FIFO queue until it has them, on the engine's own clock. So one engine's capacity is batch / (tokens x
 token_s) sequences per second, and requests past it only queue. `down` makes it refuse connections (a killed
 replica); `fail_5xx` makes it answer 503.
 """
@@ -18,22 +18,42 @@ import httpx
 class SimulatedEngine:
     def __init__(self, name: str, batch: int = 16, token_s: float = 0.002, tokens: int = 32):
         self.name, self.batch, self.token_s, self.tokens = name, batch, token_s, tokens
-        self.running = 0
-        self.peak = 0
+        self.peak = 0  # most sequences running at once
+        self.in_flight = 0  # requests received and not yet answered (running or queued): the client's concurrency
+        self.peak_in_flight = 0
         self.down = False
         self.fail_5xx = False
         self.completed: list[float] = []  # finish time of every sequence
         self.requests = 0
-        self._free = asyncio.Condition()
-        self._queue: list[object] = []
+        # The engine keeps its own clock, as a GPU does: when each of its `batch` sequence slots is next free. A request
+        # is admitted, first come first served, at the moment its n slots are free, and finishes a fixed time later,
+        # however busy this Python process is. (Waking a coroutine when a slot frees would make the engine wait for the
+        # client's event loop: the client's CPU time would be charged to the engine.)
+        self._slot_free = [0.0] * batch
+        self._last_admit = 0.0
 
     @property
     def capacity(self) -> float:
         """Sequences per second at full batch."""
         return self.batch / (self.tokens * self.token_s)
 
+    @property
+    def running(self) -> int:
+        now = time.perf_counter()
+        return sum(free > now for free in self._slot_free)
+
     def transport(self) -> httpx.MockTransport:
         return httpx.MockTransport(self.handle)
+
+    def _admit(self, n: int) -> float:
+        """Book n slots, first come first served; the time this request finishes."""
+        self._slot_free.sort()
+        admit = max(time.perf_counter(), self._last_admit, self._slot_free[n - 1])
+        finish = admit + self.tokens * self.token_s
+        self._slot_free[:n] = [finish] * n
+        self._last_admit = admit
+        self.peak = max(self.peak, sum(free > admit for free in self._slot_free))
+        return finish
 
     async def handle(self, request: httpx.Request) -> httpx.Response:
         if self.down:
@@ -45,24 +65,16 @@ class SimulatedEngine:
         body = json.loads(request.content)
         n = min(int(body.get("n") or 1), self.batch)
         self.requests += 1
-        ticket = object()
-        async with self._free:
-            self._queue.append(ticket)  # FIFO: a big request is not starved by small ones
-            await self._free.wait_for(lambda: self._queue[0] is ticket and self.running + n <= self.batch)
-            self._queue.pop(0)
-            self.running += n
-            self.peak = max(self.peak, self.running)
-            self._free.notify_all()
+        self.in_flight += 1
+        self.peak_in_flight = max(self.peak_in_flight, self.in_flight)
         try:
-            await asyncio.sleep(self.tokens * self.token_s)
-            if self.down:  # killed while this request ran
-                raise httpx.RemoteProtocolError(f"{self.name} went away", request=request)
+            finish = self._admit(n)
+            await asyncio.sleep(max(0.0, finish - time.perf_counter()))
         finally:
-            async with self._free:
-                self.running -= n
-                self._free.notify_all()
-        now = time.perf_counter()
-        self.completed.extend([now] * n)
+            self.in_flight -= 1
+        if self.down:  # killed while this request ran
+            raise httpx.RemoteProtocolError(f"{self.name} went away", request=request)
+        self.completed.extend([finish] * n)
         return httpx.Response(200, json={
             "id": f"chatcmpl-{self.name}-{self.requests}", "object": "chat.completion", "created": 0, "model": "sim",
             "choices": [{"index": i, "message": {"role": "assistant", "content": f"answer {i} from {self.name}"},

@@ -33,7 +33,8 @@ def default_learner(stage: str, prompt: str, attempt: int = 0) -> str:
         return "Set up the arithmetic, computed step by step, boxed the result."
     if stage == "extract":
         problem = re.search(r"Problem:\n(.*)\n", prompt).group(1)
-        tag = hashlib.sha256(problem.encode()).hexdigest()[:6]
+        # letters only: a lesson carrying the problem's numbers would be refused
+        tag = hashlib.sha256(problem.encode()).hexdigest()[:6].translate(str.maketrans("0123456789", "ghijklmnop"))
         return json.dumps({"operations": [{"op": "add", "text": f"Re-check each arithmetic step (lesson {tag})."}]})
     if stage == "consolidate":
         proposals = re.findall(r"^(\d+)\. \(from problem [^)]*\) (.*)$", prompt, re.MULTILINE)
@@ -83,7 +84,7 @@ class ScriptedBackend:
         completion_tokens = sum(c.completion_tokens for c in choices)
         self.calls.append({"stage": stage, "n": n, "attempt": attempt, "seed": sampling.get("seed"),
                            "problem": messages[-1]["content"] if solve else None, "prompt_tokens": prompt_tokens,
-                           "completion_tokens": completion_tokens, "json_schema": sampling.get("json_schema") is not None})
+                           "completion_tokens": completion_tokens, "json_schema": sampling.get("json_schema")})
         return Generation(choices, prompt_tokens, completion_tokens, 0.0)
 
     def skill_for(self, messages) -> float:

@@ -45,6 +45,17 @@ def test_dead_base_url_is_one_line_error_naming_it(tmp_path):
     assert len(lines) == 1 and lines[0].startswith(f"error: cannot reach {url}")
 
 
+def test_learner_model_file_runs_on_the_embedded_engine_even_beside_a_server(tmp_path, llama_server):
+    """`--learner-model-file` gives the learning stages their own local GGUF; with a policy server named, the learner
+    goes to the embedded engine, not to that server (which would have answered). A missing file is named."""
+    missing = tmp_path / "bigger-learner.gguf"
+    result = run_cli("optimize", "--learner-model-file", str(missing), "--base-url", llama_server, "--limit", "1",
+                     "--workspace", str(tmp_path / "ws"))
+    assert result.returncode == 1
+    [line] = result.stderr.strip().splitlines()
+    assert line == f"error: model file {missing} does not exist"
+
+
 def test_bad_setting_is_one_line_error(tmp_path):
     result = run_cli("optimize", "--group-size", "1", "--workspace", str(tmp_path / "ws"))
     assert result.returncode == 1

@@ -3,7 +3,7 @@ from pydantic import ValidationError
 
 from gym_tf.library import (
     EMPTY_LIBRARY, EXAMPLES_HEADER, LIBRARY_HEADER, AddOp, DeleteOp, ExampleOp, MergeOp, NoneOp, OpAdapter, Provenance,
-    RenderPolicy, UpdateOp, apply_ops, render_library, select_items, with_library, with_policy,
+    RenderPolicy, UpdateOp, apply_ops, ops_schema, render_library, select_items, with_library, with_policy,
 )
 
 
@@ -133,3 +133,28 @@ def test_with_library_merges_into_the_system_message_first():
     original = [{"role": "system", "content": "Be brief."}]
     with_library(original, text)
     assert original == [{"role": "system", "content": "Be brief."}]
+
+
+@pytest.mark.parametrize("ids, reply, valid", [
+    ((), {"operations": [{"op": "add", "text": "Write each step on its own line."}]}, True),
+    ((), {"operations": [{"op": "update", "id": "attempt2", "text": "Write each step on its own line."}]}, False),
+    (("E1",), {"operations": [{"op": "update", "id": "E1", "text": "Write each step on its own line."}]}, True),
+    (("E1",), {"operations": [{"op": "delete", "id": "E2"}]}, False),
+    (("E1",), {"operations": [{"op": "merge", "ids": ["E1", "E1"], "text": "Write each step on its own line."}]},
+     False),
+    (("E1", "E3"), {"operations": [{"op": "merge", "ids": ["E1", "E3"], "text": "Write each step on its own line."}]},
+     True),
+    (("E1", "E3"), {"operations": [{"op": "merge", "ids": ["E1", "E9"], "text": "Write each step on its own line."}]},
+     False),
+])
+def test_ops_schema_offers_only_the_librarys_ids(ids, reply, valid):
+    """What a grammar built from the schema lets a learner write: no update or delete on a library without lessons,
+    no merge below two, and only ids that exist."""
+    import jsonschema
+
+    schema = ops_schema(2, ids)
+    if valid:
+        jsonschema.validate(reply, schema)
+    else:
+        with pytest.raises(jsonschema.ValidationError):
+            jsonschema.validate(reply, schema)

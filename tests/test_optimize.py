@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -13,6 +14,8 @@ import pytest
 from crash_run import CONFIG, GATED, scripted
 from fakes import ScriptedBackend, default_learner
 from gym_tf.config import OptimizeConfig
+from gym_tf.datasets import Problem
+from gym_tf.learner import numbers_of, repeats_problem
 from gym_tf.library_io import diff_versions
 from gym_tf.optimize import Optimizer, resume_config
 from gym_tf.store import RunStore
@@ -121,19 +124,74 @@ async def test_a_lesson_that_is_one_problems_result_is_refused_and_asked_again(s
     assert "a lesson needs at least 10 letters of advice" in retry[-1]["content"]
 
 
-async def test_unknown_ids_are_rejected_and_recorded(store, quickstart):
+async def test_an_op_may_name_only_the_librarys_lessons(store, quickstart):
+    """A 1.5B learner facing an empty library answered `update` of ids it made up ("attempt2", "library_1"). The
+    schema offers only add and none until there are lessons, then only their ids; a reply naming another id is asked
+    again with the ids there are."""
     def sloppy(stage, prompt, attempt):
-        if stage == "consolidate":
+        if stage == "consolidate" and attempt == 0:
             return json.dumps({"operations": [{"op": "update", "id": "E99", "text": "Improve something here."},
                                               {"op": "add", "text": "Always verify the final arithmetic.", "sources": [1]}]})
         return default_learner(stage, prompt, attempt)
 
     backend = ScriptedBackend({p.problem: p.answer for p in quickstart}, learner=sloppy)
+    _, result = await run(store, backend, SMALL.model_copy(update={"epochs": 1}))  # two steps of 4
+    retry = next(json.loads(r["messages"]) for r in store.db["learner_calls"].rows_where(
+        "stage = 'consolidate' and attempt = 1"))
+    assert "unknown id E99 at operations.0: the library's lessons are none yet: use add or none" in retry[-1]["content"]
+    assert result.library.items and all("Improve something" not in i.text for i in result.library.items)
+
+    schemas = [c["json_schema"] for c in backend.calls if c["stage"] in ("extract", "consolidate")]
+    offered = [set(s["properties"]["operations"]["items"]["discriminator"]["mapping"]) for s in schemas]
+    assert offered[0] == {"add", "none"}  # step 1: the library is empty
+    lessons = [i.id for i in result.library.items if i.kind == "lesson"]
+    later = [s for s, ops in zip(schemas, offered) if "update" in ops]
+    assert later and set(later[-1]["$defs"]["UpdateOp"]["properties"]["id"]["enum"]) <= set(lessons)
+
+
+async def test_a_reply_that_keeps_naming_unknown_ids_is_recorded_as_rejected(store, quickstart):
+    def stubborn(stage, prompt, attempt):
+        if stage == "consolidate":
+            return json.dumps({"operations": [{"op": "update", "id": "E99", "text": "Improve something here."}]})
+        return default_learner(stage, prompt, attempt)
+
+    backend = ScriptedBackend({p.problem: p.answer for p in quickstart}, learner=stubborn)
     _, result = await run(store, backend, SMALL.model_copy(update={"epochs": 1, "batch_size": 8}))
-    ops = list(store.ops(result.run_id))
-    assert [(json.loads(o["op"])["op"], o["accepted"], o["reason"]) for o in ops] == [
-        ("update", 0, "unknown id E99"), ("add", 1, "")]
-    assert [i.text for i in result.library.items] == ["Always verify the final arithmetic."]
+    [refused] = [o for o in store.ops(result.run_id) if o["stage"] == "consolidate"]
+    assert not refused["accepted"] and refused["reason"].startswith("unknown id E99")
+    # the step's own proposals are applied instead, each checked again by apply_ops (nothing half-way)
+    lessons = [i.text for i in result.library.items if i.kind == "lesson"]
+    assert lessons and all(t.startswith("Re-check each arithmetic step (lesson ") for t in lessons)
+
+
+async def test_a_lesson_carrying_the_problems_numbers_is_refused_and_asked_again(store, quickstart):
+    """"To solve the arithmetic problem 49 + 32, ..." (a 1.5B learner) is a note about one problem."""
+    def specific(stage, prompt, attempt):
+        if stage == "extract" and attempt == 0:
+            problem = re.search(r"Problem:\n(.*)\n", prompt).group(1)
+            number = next((n for n in re.findall(r"\d+", problem) if len(n) >= 2), None)
+            if number:
+                return json.dumps({"operations": [{"op": "add", "text": f"When a problem says {number}, add it up twice."}]})
+        return default_learner(stage, prompt, attempt)
+
+    backend = ScriptedBackend({p.problem: p.answer for p in quickstart}, learner=specific)
+    _, result = await run(store, backend, SMALL.model_copy(update={"epochs": 1}))
+    assert result.library.items and all("add it up twice" not in item.text for item in result.library.items)
+    retry = next(json.loads(r["messages"]) for r in store.db["learner_calls"].rows_where(
+        "stage = 'extract' and attempt = 1"))
+    assert "repeats the problem's numbers" in retry[-1]["content"]
+
+
+@pytest.mark.parametrize("lesson, refused", [
+    ("To solve the arithmetic problem 49 + 32, align the digits.", ["32", "49"]),
+    ("Start with 3 - 7 = -4, then add 3.", ["3", "7"]),
+    ("Add two numbers at a time, left to right.", []),
+    ("Keep 2 decimal places until the last step.", []),  # one small number: not this problem's
+    ("The answer has 1,200 in it.", ["1,200"]),
+])
+def test_a_lesson_is_refused_for_repeating_a_problems_numbers(lesson, refused):
+    problem = Problem(id="p", problem="Compute 49 + 32 - 3 + 7 + 2 and 1,200.", answer="1287")
+    assert repeats_problem(lesson, numbers_of(problem)) == refused
 
 
 async def test_library_diff_shows_exactly_the_ops_applied(store, scripted):
