@@ -58,8 +58,8 @@ async def arm(replicas: int, concurrency: int, adaptive: bool, args) -> dict:
     engines = [SimulatedEngine(f"r{i}", batch=args.batch, token_s=token_s, tokens=args.tokens) for i in range(replicas)]
     fleet = FleetBackend([OpenAIBackend(f"http://r{i}/v1", "sim", concurrency=concurrency, max_retries=0,
                                         transport=e.transport(), adaptive=adaptive) for i, e in enumerate(engines)])
-    # at least --min-sequences: the window's edges fall between batches, and on a few hundred sequences that alone
-    # moved one replica's ratio between 0.99 and 1.03
+    # at least --min-sequences: a few replicas at 12 waves finish only a few hundred sequences, a short base for
+    # the slope
     groups = max(args.waves * replicas * args.batch, args.min_sequences) // args.group
     problems = [Problem(id=f"p{i}", problem=f"question {i}", answer="1") for i in range(groups)]
     cpu, wall = time.process_time(), time.perf_counter()

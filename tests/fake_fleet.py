@@ -1,8 +1,8 @@
 """Simulated inference engines that behave like vLLM where load balancing cares, behind httpx transports.
 
 Each engine runs up to `batch` sequences at once at a fixed time per token; a request for n samples needs n free
-sequence slots and waits in a FIFO queue until it has them, on the engine's own clock. So one engine's capacity is batch / (tokens x
-token_s) sequences per second, and requests past it only queue. `down` makes it refuse connections (a killed
+sequence slots and waits in a FIFO queue until it has them, on the engine's own clock. So one engine's capacity is
+batch / (tokens x token_s) sequences per second, and requests past it only queue. `down` makes it refuse connections (a killed
 replica); `fail_5xx` makes it answer 503.
 """
 
@@ -36,11 +36,6 @@ class SimulatedEngine:
     def capacity(self) -> float:
         """Sequences per second at full batch."""
         return self.batch / (self.tokens * self.token_s)
-
-    @property
-    def running(self) -> int:
-        now = time.perf_counter()
-        return sum(free > now for free in self._slot_free)
 
     def transport(self) -> httpx.MockTransport:
         return httpx.MockTransport(self.handle)

@@ -97,48 +97,42 @@ async def test_garbage_learner_yields_no_version_and_an_audit(store, quickstart)
     assert len(invalid) == len(attempts)
 
 
-async def test_retry_shows_the_error_and_then_applies(store, quickstart):
-    def flaky(stage, prompt, attempt):
-        if stage == "extract" and attempt == 0:
-            return '{"operations": [{"op": "add"}]}'
-        return default_learner(stage, prompt, attempt)
+async def asked_again(store, quickstart, stage, first_reply):
+    """A run whose learner answers `first_reply(prompt)` first in `stage` (None: as usual) and well after that: the
+    result, the message that asked again, and the backend."""
+    def learner(this_stage, prompt, attempt):
+        reply = first_reply(prompt) if this_stage == stage and attempt == 0 else None
+        return reply if reply is not None else default_learner(this_stage, prompt, attempt)
 
-    backend = ScriptedBackend({p.problem: p.answer for p in quickstart}, learner=flaky)
-    _, result = await run(store, backend, SMALL.model_copy(update={"epochs": 1}))
+    backend = ScriptedBackend({p.problem: p.answer for p in quickstart}, learner=learner)
+    _, result = await run(store, backend, SMALL.model_copy(update={"epochs": 1}))  # two steps of 4
+    retry = next(json.loads(r["messages"]) for r in store.db["learner_calls"].rows_where(
+        "stage = ? and attempt = 1", [stage]))
+    return result, retry[-1]["content"], backend
+
+
+async def test_retry_shows_the_error_and_then_applies(store, quickstart):
+    result, retry, _ = await asked_again(store, quickstart, "extract", lambda _: '{"operations": [{"op": "add"}]}')
     assert result.library.items
-    retry = next(json.loads(r["messages"]) for r in store.db["learner_calls"].rows_where("attempt = 1"))
-    assert "Field required at operations.0.add.text" in retry[-1]["content"]
+    assert "Field required at operations.0.add.text" in retry
 
 
 async def test_a_lesson_that_is_one_problems_result_is_refused_and_asked_again(store, quickstart):
     """The lesson rule (10 letters of advice) is the learner's to hold, by retry: what the embedded 0.5B wrote."""
-    def arithmetic_first(stage, prompt, attempt):
-        if stage == "extract" and attempt == 0:
-            return '{"operations": [{"op": "add", "text": "8 + 32 = 40"}]}'
-        return default_learner(stage, prompt, attempt)
-
-    backend = ScriptedBackend({p.problem: p.answer for p in quickstart}, learner=arithmetic_first)
-    _, result = await run(store, backend, SMALL.model_copy(update={"epochs": 1}))
+    result, retry, _ = await asked_again(store, quickstart, "extract",
+                                         lambda _: '{"operations": [{"op": "add", "text": "8 + 32 = 40"}]}')
     assert result.library.items and all("8 + 32" not in item.text for item in result.library.items)
-    retry = next(json.loads(r["messages"]) for r in store.db["learner_calls"].rows_where("attempt = 1"))
-    assert "a lesson needs at least 10 letters of advice" in retry[-1]["content"]
+    assert "a lesson needs at least 10 letters of advice" in retry
 
 
 async def test_an_op_may_name_only_the_librarys_lessons(store, quickstart):
     """A 1.5B learner facing an empty library answered `update` of ids it made up ("attempt2", "library_1"). The
     schema offers only add and none until there are lessons, then only their ids; a reply naming another id is asked
     again with the ids there are."""
-    def sloppy(stage, prompt, attempt):
-        if stage == "consolidate" and attempt == 0:
-            return json.dumps({"operations": [{"op": "update", "id": "E99", "text": "Improve something here."},
-                                              {"op": "add", "text": "Always verify the final arithmetic.", "sources": [1]}]})
-        return default_learner(stage, prompt, attempt)
-
-    backend = ScriptedBackend({p.problem: p.answer for p in quickstart}, learner=sloppy)
-    _, result = await run(store, backend, SMALL.model_copy(update={"epochs": 1}))  # two steps of 4
-    retry = next(json.loads(r["messages"]) for r in store.db["learner_calls"].rows_where(
-        "stage = 'consolidate' and attempt = 1"))
-    assert "unknown id E99 at operations.0: the library's lessons are none yet: use add or none" in retry[-1]["content"]
+    sloppy = json.dumps({"operations": [{"op": "update", "id": "E99", "text": "Improve something here."},
+                                        {"op": "add", "text": "Always verify the final arithmetic.", "sources": [1]}]})
+    result, retry, backend = await asked_again(store, quickstart, "consolidate", lambda _: sloppy)
+    assert "unknown id E99 at operations.0: the library's lessons are none yet: use add or none" in retry
     assert result.library.items and all("Improve something" not in i.text for i in result.library.items)
 
     schemas = [c["json_schema"] for c in backend.calls if c["stage"] in ("extract", "consolidate")]
@@ -147,6 +141,20 @@ async def test_an_op_may_name_only_the_librarys_lessons(store, quickstart):
     lessons = [i.id for i in result.library.items if i.kind == "lesson"]
     later = [s for s, ops in zip(schemas, offered) if "update" in ops]
     assert later and set(later[-1]["$defs"]["UpdateOp"]["properties"]["id"]["enum"]) <= set(lessons)
+
+
+async def test_a_lesson_carrying_the_problems_numbers_is_refused_and_asked_again(store, quickstart):
+    """"To solve the arithmetic problem 49 + 32, ..." (a 1.5B learner) is a note about one problem."""
+    def specific(prompt):
+        problem = re.search(r"Problem:\n(.*)\n", prompt).group(1)
+        number = next((n for n in re.findall(r"\d+", problem) if len(n) >= 2), None)
+        if number:
+            return json.dumps({"operations": [{"op": "add", "text": f"When a problem says {number}, add it up twice."}]})
+        return None
+
+    result, retry, _ = await asked_again(store, quickstart, "extract", specific)
+    assert result.library.items and all("add it up twice" not in item.text for item in result.library.items)
+    assert "repeats the problem's numbers" in retry
 
 
 async def test_a_reply_that_keeps_naming_unknown_ids_is_recorded_as_rejected(store, quickstart):
@@ -162,24 +170,6 @@ async def test_a_reply_that_keeps_naming_unknown_ids_is_recorded_as_rejected(sto
     # the step's own proposals are applied instead, each checked again by apply_ops (nothing half-way)
     lessons = [i.text for i in result.library.items if i.kind == "lesson"]
     assert lessons and all(t.startswith("Re-check each arithmetic step (lesson ") for t in lessons)
-
-
-async def test_a_lesson_carrying_the_problems_numbers_is_refused_and_asked_again(store, quickstart):
-    """"To solve the arithmetic problem 49 + 32, ..." (a 1.5B learner) is a note about one problem."""
-    def specific(stage, prompt, attempt):
-        if stage == "extract" and attempt == 0:
-            problem = re.search(r"Problem:\n(.*)\n", prompt).group(1)
-            number = next((n for n in re.findall(r"\d+", problem) if len(n) >= 2), None)
-            if number:
-                return json.dumps({"operations": [{"op": "add", "text": f"When a problem says {number}, add it up twice."}]})
-        return default_learner(stage, prompt, attempt)
-
-    backend = ScriptedBackend({p.problem: p.answer for p in quickstart}, learner=specific)
-    _, result = await run(store, backend, SMALL.model_copy(update={"epochs": 1}))
-    assert result.library.items and all("add it up twice" not in item.text for item in result.library.items)
-    retry = next(json.loads(r["messages"]) for r in store.db["learner_calls"].rows_where(
-        "stage = 'extract' and attempt = 1"))
-    assert "repeats the problem's numbers" in retry[-1]["content"]
 
 
 @pytest.mark.parametrize("lesson, refused", [
