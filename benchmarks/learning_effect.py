@@ -1,6 +1,8 @@
 """Does a learned library make the frozen model better on problems it never saw? Per task family:
 
-    generate train / validation / test splits (reasoning-gym, three seeds; or the bundled quickstart set)
+    pick the family's difficulty (`--level auto`: probe reasoning-gym's levels from the easiest up, take the one the
+    model solves nearest half the time; see gym_tf/task_levels.py)
+    -> generate train / validation / test splits (reasoning-gym, three seeds; or the bundled quickstart set)
     -> `optimize` on train, validation-gated -> compare no library and the learned one on test, same seeds:
        paired Mean@k difference with a 95% interval, Majority@k at equal samples, tokens spent.
 
@@ -30,23 +32,13 @@ from gym_tf.config import OptimizeConfig, RolloutConfig  # noqa: E402
 from gym_tf.datasets import load_dataset  # noqa: E402
 from gym_tf.optimize import Optimizer  # noqa: E402
 from gym_tf.store import RunStore  # noqa: E402
+from gym_tf import task_levels  # noqa: E402
 from rewards import load_reward  # noqa: E402
 
 DEFAULT_FAMILIES = "leg_counting,gcd,basic_arithmetic,time_intervals"
-RG_REWARD = "rewards.reasoning_gym:score"
 
 
-def write_split(family: str, size: int, seed: int, path: Path) -> None:
-    """`size` problems of a reasoning-gym family, generated (nothing shipped), with what its grader needs."""
-    import reasoning_gym
-
-    rows = [{"id": f"{family}-{seed}-{i}", "problem": e["question"], "answer": str(e["answer"]), "rg_task": family,
-             "rg_entry": json.dumps(e, default=str)}
-            for i, e in enumerate(reasoning_gym.create_dataset(family, size=size, seed=seed))]
-    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
-
-
-def splits(family: str, args: argparse.Namespace, folder: Path) -> tuple[Path, Path, Path, str]:
+def splits(family: str, args: argparse.Namespace, folder: Path, level: int | None) -> tuple[Path, Path, Path, str]:
     if family == "quickstart":  # the bundled 40: disjoint slices of one hand-written set
         rows = [{"id": p.id, "problem": p.problem, "answer": p.answer} for p in load_dataset("quickstart")]
         cut = [0, 16, 24, len(rows)]
@@ -59,32 +51,52 @@ def splits(family: str, args: argparse.Namespace, folder: Path) -> tuple[Path, P
     paths = []
     for name, size, offset in (("train", args.train, 0), ("val", args.val, 1), ("test", args.test, 2)):
         path = folder / f"{name}.jsonl"
-        write_split(family, size, args.seed * 1000 + offset, path)
+        task_levels.write(family, size, args.seed * 1000 + offset, path, level)
         paths.append(path)
-    return *paths, RG_REWARD
+    return *paths, task_levels.REWARD
+
+
+async def pick_level(family: str, args: argparse.Namespace, backend, folder: Path,
+                     sampling) -> tuple[int | None, task_levels.Calibration | None]:
+    """`--level`: a number, the generator's defaults, or (auto) the level the model solves nearest half the time."""
+    if family == "quickstart" or args.level == "default":
+        return None, None
+    if args.level != "auto":
+        return int(args.level), None
+    if not task_levels.has_levels(family):
+        print(f"{family}: no difficulty levels in reasoning-gym; its default settings are used", file=sys.stderr)
+        return None, None
+
+    def probed(level, rate):
+        print(f"{family}: probe level {level}: solved {rate:.2f}", file=sys.stderr, flush=True)
+
+    calibration = await task_levels.calibrate(backend, family, args.seed * 1000 + 3, sampling, folder, on_probe=probed)
+    return calibration.level, calibration
 
 
 async def one_family(family: str, args: argparse.Namespace, out: Path) -> dict:
     folder = out / family
     folder.mkdir(parents=True, exist_ok=True)
-    train, val, test, reward = splits(family, args, folder)
     backend_config = BackendConfig(base_url=args.base_url, model=args.model, api_key=args.api_key)
     learner_config = None
     if args.learner_base_url or args.learner_model_file:  # a different (larger) model writes the library
         learner_config = BackendConfig(base_url=args.learner_base_url, model=args.learner_model,
                                        model_file=args.learner_model_file, api_key=args.api_key)
-    config = OptimizeConfig(
-        dataset=str(train), val_dataset=str(val), val_samples=args.val_samples, reward=reward, epochs=args.epochs,
-        batch_size=args.batch_size, group_size=args.group_size, seed=args.seed, summarize=args.summarize,
-        hard_groups=args.hard_groups, examples_per_prompt=args.examples, worked_examples=args.examples > 0,
-        retrieve_lessons=args.retrieve_lessons, rollout=RolloutConfig(max_completion_tokens=args.max_completion_tokens),
-        backend=backend_config, learner=learner_config,
-    )
+    rollout = RolloutConfig(max_completion_tokens=args.max_completion_tokens)
     store = RunStore(folder / "ws")
     backend = await make_backend(backend_config)
     learner = await make_backend(learner_config) if learner_config else None
     started = time.perf_counter()
     try:
+        level, calibration = await pick_level(family, args, backend, folder, rollout.sampling())
+        train, val, test, reward = splits(family, args, folder, level)
+        config = OptimizeConfig(
+            dataset=str(train), val_dataset=str(val), val_samples=args.val_samples, reward=reward, epochs=args.epochs,
+            batch_size=args.batch_size, group_size=args.group_size, seed=args.seed, summarize=args.summarize,
+            hard_groups=args.hard_groups, examples_per_prompt=args.examples, worked_examples=args.examples > 0,
+            retrieve_lessons=args.retrieve_lessons, rollout=rollout, backend=backend_config, learner=learner_config,
+        )
+
         def progress(p):
             line = f"{family}: step {p.step}/{p.total_steps} rollouts {p.rollouts} library {p.library_size}"
             if line != getattr(progress, "last", None):
@@ -109,7 +121,9 @@ async def one_family(family: str, args: argparse.Namespace, out: Path) -> dict:
         await backend.aclose()
         if learner:
             await learner.aclose()
-    comparison.extra.update(family=family, model=backend.model, learner=(learner or backend).model, learn_s=learn_s,
+    comparison.extra.update(family=family, level="default" if level is None else level,
+                            probes=vars(calibration) if calibration else None,
+                            model=backend.model, learner=(learner or backend).model, learn_s=learn_s,
                             wall_s=time.perf_counter() - started, settings={k: str(v) for k, v in vars(args).items()},
                             library=[i.model_dump(mode="json") for i in result.library.items])
     comparison.write(folder / "comparison.json")
@@ -121,7 +135,11 @@ def row(c: dict) -> dict:
     """One table row from a family's comparison.json."""
     none, learned = c["arms"]
     interval = lambda e: (e["value"], e["low"], e["high"])  # noqa: E731
-    return {"family": c["family"], "seed": c["settings"]["seed"], "model": c["model"],
+    probes = c.get("probes") or {}
+    level = str(c.get("level", "default"))
+    if probes:  # the solve rate of every probed level, and the probes' tokens
+        level += " (" + "/".join(f"{r:.2f}" for r in probes["rates"].values()) + f"; {probes['tokens']:,} tok)"
+    return {"family": c["family"], "seed": c["settings"]["seed"], "level": level, "model": c["model"],
             "learner": c.get("learner", c["model"]), "test": c["problems"],
             "k": c["samples"],
             "items": learned["library_items"], "lessons": sum(i.get("kind", "lesson") == "lesson" for i in c["library"]),
@@ -137,11 +155,11 @@ def row(c: dict) -> dict:
 
 def markdown(rows: list[dict]) -> str:
     ci = lambda e: f"{e[0]:+.3f} [{e[1]:+.3f}, {e[2]:+.3f}]"  # noqa: E731
-    head = ("| family | seed | learner | test x k | none Mean@k | learned Mean@k | Mean@k diff [95% CI] | none Maj@k | learned Maj@k | "
+    head = ("| family | seed | level | learner | test x k | none Mean@k | learned Mean@k | Mean@k diff [95% CI] | none Maj@k | learned Maj@k | "
             "Maj@k diff [95% CI] | learned Mean@k - none Maj@k | items (lessons) | extra prompt tok/call | "
-            "learning tokens | wall |\n" + "|---" * 15 + "|\n")
+            "learning tokens | wall |\n" + "|---" * 16 + "|\n")
     return head + "".join(
-        f"| {r['family']} | {r['seed']} | {r['learner']} | {r['test']} x {r['k']} | {r['none_mean']:.3f} | {r['learned_mean']:.3f} | {ci(r['diff'])} | "
+        f"| {r['family']} | {r['seed']} | {r['level']} | {r['learner']} | {r['test']} x {r['k']} | {r['none_mean']:.3f} | {r['learned_mean']:.3f} | {ci(r['diff'])} | "
         f"{r['none_majority']:.3f} | {r['learned_majority']:.3f} | {ci(r['majority_diff'])} | "
         f"{ci(r['mean_minus_none_majority'])} | {r['items']} ({r['lessons']}) | {r['extra_prompt_tokens']:+.0f} | "
         f"{r['learning_tokens']:,} | {r['wall_min']:.0f} min |\n" for r in rows)
@@ -164,6 +182,9 @@ def main() -> None:
     parser.add_argument("--hard-groups", default="skip")
     parser.add_argument("--max-completion-tokens", type=int, default=300)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--level", default="auto",
+                        help="reasoning-gym difficulty: `auto` (probe levels 0, 1, ... and take the one solved nearest "
+                             "half the time), `default` (the generator's own settings), or a level number")
     parser.add_argument("--base-url")
     parser.add_argument("--model")
     parser.add_argument("--api-key")

@@ -1,0 +1,101 @@
+"""Generated task families (reasoning-gym) at a difficulty the model can learn from.
+
+The method learns from groups with mixed rewards: a family where the frozen model solves nothing gives no verified
+answer to copy and no contrast to learn from. reasoning-gym describes each family's difficulty as a curriculum of
+levels (level 0 the easiest; level L draws problems from levels 0 to L). `calibrate` probes a model on a few problems
+per level, from level 0 up, and picks the level whose solve rate is nearest to one half, where a group of G answers is
+most often mixed. The probe problems come from their own generator seed, never from the train, validation or test
+splits.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+from gym_tf.backends import Backend, Sampling
+from gym_tf.datasets import load_dataset
+from gym_tf.evaluate import evaluate
+
+REWARD = "rewards.reasoning_gym:score"
+LEARNABLE = (0.2, 0.8)  # solve rates whose groups are often mixed
+
+
+def has_levels(family: str) -> bool:
+    from reasoning_gym.factory import has_curriculum
+
+    return has_curriculum(family)
+
+
+def max_level(family: str) -> int:
+    from reasoning_gym.factory import create_curriculum
+
+    return max(len(a.levels) for a in create_curriculum(family).attributes.values()) - 1
+
+
+def level_config(family: str, level: int) -> dict[str, Any]:
+    """The generator's settings at `level` (every attribute at that level, or its highest)."""
+    from reasoning_gym.factory import create_curriculum
+
+    if level < 0:
+        raise ValueError(f"level must be 0 or more, not {level}")
+    curriculum = create_curriculum(family)
+    curriculum.set_global_level(level)
+    config = vars(curriculum.generate_configuration({}))
+    return {k: v for k, v in config.items() if k not in ("seed", "size")}
+
+
+def rows(family: str, size: int, seed: int, level: int | None = None) -> list[dict[str, str]]:
+    """`size` problems of `family` (its default settings when `level` is None), with what its grader needs."""
+    import reasoning_gym
+
+    settings = level_config(family, level) if level is not None else {}
+    return [{"id": f"{family}-{seed}-{i}", "problem": e["question"], "answer": str(e["answer"]), "rg_task": family,
+             "rg_entry": json.dumps(e, default=str)}
+            for i, e in enumerate(reasoning_gym.create_dataset(family, size=size, seed=seed, **settings))]
+
+
+def write(family: str, size: int, seed: int, path: Path, level: int | None = None) -> None:
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows(family, size, seed, level)), encoding="utf-8")
+
+
+def choose(rates: dict[int, float]) -> int:
+    """The probed level whose solve rate is nearest one half; on a tie the easier one (more answers to copy)."""
+    return min(rates, key=lambda level: (round(abs(rates[level] - 0.5), 9), level))
+
+
+def keep_climbing(rates: dict[int, float], top: int) -> bool:
+    """Probe the next level while the last one was too easy to learn from and a harder one exists."""
+    last = max(rates)
+    return rates[last] > LEARNABLE[1] and last < top
+
+
+@dataclass
+class Calibration:
+    level: int
+    rates: dict[int, float]  # every probed level's solve rate
+    tokens: int  # prompt and completion tokens the probes spent
+
+
+async def calibrate(backend: Backend, family: str, seed: int, sampling: Sampling, folder: Path, problems: int = 8,
+                    samples: int = 2, max_probes: int = 4,
+                    on_probe: Callable[[int, float], None] | None = None) -> Calibration:
+    """Probe levels 0, 1, ... (no library, `problems` x `samples` each) until one is not too easy, and choose."""
+    from rewards import load_reward
+
+    reward = load_reward(REWARD)
+    top = max_level(family)
+    rates: dict[int, float] = {}
+    tokens = 0
+    while not rates or (keep_climbing(rates, top) and len(rates) < max_probes):
+        level = len(rates)
+        path = folder / f"probe-level{level}.jsonl"
+        write(family, problems, seed, path, level)
+        report = await evaluate(backend, load_dataset(str(path)), reward, samples, sampling, seed=seed)
+        rates[level] = report.metrics.mean_at_k.value
+        tokens += report.prompt_tokens + report.completion_tokens
+        if on_probe:
+            on_probe(level, rates[level])
+    return Calibration(choose(rates), rates, tokens)

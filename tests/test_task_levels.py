@@ -1,0 +1,103 @@
+"""Generated task families at a learnable difficulty: reasoning-gym's levels, and the probe that picks one."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+
+from gym_tf import task_levels
+from gym_tf.backends import Choice, Generation, Sampling
+
+pytest.importorskip("reasoning_gym")
+
+
+def terms(problem: str) -> int:
+    return len(re.findall(r"\d+", problem.split(":")[-1]))
+
+
+@pytest.mark.parametrize("rates, level", [
+    ({0: 1.0, 1: 0.9, 2: 0.6}, 2),
+    ({0: 1.0, 1: 0.55, 2: 0.45}, 1),  # the same distance from one half: the easier level
+    ({0: 0.9, 1: 0.1}, 0),
+    ({0: 0.0}, 0),
+])
+def test_the_level_solved_nearest_half_the_time_is_chosen(rates, level):
+    assert task_levels.choose(rates) == level
+
+
+@pytest.mark.parametrize("rates, top, climb", [
+    ({0: 0.9}, 5, True),
+    ({0: 1.0, 1: 0.8}, 5, False),  # 0.8 is still learnable
+    ({0: 0.3}, 5, False),
+    ({0: 1.0, 1: 1.0}, 1, False),  # no harder level exists
+])
+def test_probing_climbs_only_past_levels_too_easy_to_learn_from(rates, top, climb):
+    assert task_levels.keep_climbing(rates, top) is climb
+
+
+def test_a_level_sets_the_generator_and_its_problems_follow_it():
+    easiest = task_levels.level_config("chain_sum", 0)
+    harder = task_levels.level_config("chain_sum", 3)
+    assert (easiest["max_terms"], easiest["max_digits"]) == (2, 1)
+    assert harder["max_terms"] > easiest["max_terms"] and harder["max_digits"] > easiest["max_digits"]
+    assert {terms(r["problem"]) for r in task_levels.rows("chain_sum", 12, 5, 0)} == {2}
+    assert max(terms(r["problem"]) for r in task_levels.rows("chain_sum", 40, 5, 3)) > 2
+    with pytest.raises(ValueError, match="level must be 0 or more"):
+        task_levels.level_config("chain_sum", -1)
+    # no level: the generator's own settings, as the benchmark's earlier rows used
+    assert task_levels.rows("chain_sum", 3, 5) == task_levels.rows("chain_sum", 3, 5, None)
+    assert task_levels.rows("chain_sum", 3, 5) != task_levels.rows("chain_sum", 3, 5, 0)
+
+
+class TermCounter:
+    """Right exactly on problems of at most `reach` terms: its solve rate falls as the level rises."""
+
+    model = "term-counter"
+
+    def __init__(self, answers: dict[str, str], reach: int):
+        self.answers, self.reach, self.problems = answers, reach, []
+
+    async def generate(self, messages, n=1, **sampling) -> Generation:
+        problem = messages[-1]["content"]
+        self.problems.append(problem)
+        answer = self.answers[problem] if terms(problem) <= self.reach else "wrong"
+        return Generation([Choice(text=f"\\boxed{{{answer}}}", finish_reason="stop", completion_tokens=3)] * n,
+                          10 * n, 3 * n, 0.0)
+
+    async def aclose(self) -> None:
+        pass
+
+
+async def test_calibration_probes_upward_and_stops_at_the_first_learnable_level(tmp_path):
+    seed = 11
+    answers = {r["problem"]: r["answer"] for level in range(6) for r in task_levels.rows("chain_sum", 8, seed, level)}
+    backend = TermCounter(answers, reach=3)
+    seen = []
+    result = await task_levels.calibrate(backend, "chain_sum", seed, Sampling(max_tokens=32), tmp_path,
+                                         on_probe=lambda level, rate: seen.append((level, rate)))
+    # the fake's true rate per level, from the problems the probe wrote
+    truth = {}
+    for level in result.rates:
+        written = (tmp_path / f"probe-level{level}.jsonl").read_text().splitlines()
+        problems = [json.loads(line)["problem"] for line in written]
+        assert len(problems) == 8
+        truth[level] = sum(terms(p) <= 3 for p in problems) / len(problems)
+    assert result.rates == truth
+    assert seen == list(result.rates.items())
+    assert truth[0] == truth[1] == 1.0  # two and three terms: too easy, so it climbed
+    last = max(result.rates)
+    assert result.rates[last] <= task_levels.LEARNABLE[1]
+    assert all(rate > task_levels.LEARNABLE[1] for level, rate in result.rates.items() if level < last)
+    assert result.level == task_levels.choose(result.rates) and result.rates[result.level] < 1.0
+    assert result.tokens == 13 * 2 * 8 * len(result.rates)  # 2 samples of 8 problems per level, 10 + 3 tokens each
+    assert len(backend.problems) == 8 * len(result.rates)  # one call per problem (n = 2)
+
+
+async def test_calibration_stops_after_its_probe_budget(tmp_path):
+    seed = 11
+    answers = {r["problem"]: r["answer"] for level in range(6) for r in task_levels.rows("chain_sum", 8, seed, level)}
+    result = await task_levels.calibrate(TermCounter(answers, reach=99), "chain_sum", seed, Sampling(max_tokens=32),
+                                         tmp_path, max_probes=3)
+    assert result.rates == {0: 1.0, 1: 1.0, 2: 1.0} and result.level == 0
