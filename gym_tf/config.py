@@ -65,7 +65,8 @@ class OptimizeConfig(BaseModel):
     examples_per_prompt: int = Field(2, ge=0, description="worked examples shown per problem, the most relevant (BM25)")
     worked_examples: bool = Field(True, description="add verified solutions from the model's own correct rollouts "
                                   "as worked examples")
-    max_example_chars: int = Field(900, ge=100, le=1600, description="longest worked example kept, in characters")
+    max_example_chars: int = Field(900, ge=100, le=1600, description="longest solution kept as a worked example, "
+                                   "in characters (its problem's statement not counted; the whole item is at most 1600)")
     val_dataset: str | None = Field(None, description="held-out problems; a step is kept only if not worse on them")
     val_samples: int = Field(4, ge=1, description="samples per validation problem")
     max_tokens: int | None = Field(None, ge=1, description="token budget for the whole run (all stages); stops cleanly")

@@ -22,7 +22,7 @@ from gym_tf.errors import BudgetExhausted, StoreError
 from gym_tf.evaluate import evaluate
 from gym_tf.learner import (JudgeCalls, LearnerCalls, OpRules, StageReply, consolidate_prompt, group_prompt,
                              summarize_prompt)
-from gym_tf.library import ExampleOp, LibraryVersion, OpVerdict, Provenance, apply_ops, with_policy
+from gym_tf.library import MAX_EXAMPLE_CHARS, ExampleOp, LibraryVersion, OpVerdict, Provenance, apply_ops, with_policy
 from gym_tf.metrics import paired_difference
 from gym_tf.rollouts import Rollout, rollout_many
 from gym_tf.store import RunStore, config_hash, rollout_key
@@ -315,7 +315,8 @@ class Optimizer:
     def _worked_examples(self, step: int, batch: list[Problem], groups: dict[str, list[Rollout]],
                          library: LibraryVersion) -> list[tuple[ExampleOp, Provenance]]:
         """One worked example per problem that has none yet: its shortest answer that the verifier scored correct
-        and that ended on its own (not cut off), if short enough to show."""
+        and that ended on its own (not cut off), if short enough to show. The cap is on the model's solution, not on
+        the problem's statement, which in many task families is long boilerplate; the whole item is still bounded."""
         have = {pid for item in library.items if item.kind == "example" for pid in item.provenance.problem_ids}
         out = []
         for problem in batch:
@@ -324,7 +325,7 @@ class Optimizer:
                 continue
             best = min(correct, key=lambda r: (len(r.completion), r.sample))
             text = f"Problem: {problem.problem.strip()}\nSolution: {best.completion.strip()}"
-            if len(text) <= self.config.max_example_chars:
+            if len(best.completion.strip()) <= self.config.max_example_chars and len(text) <= MAX_EXAMPLE_CHARS:
                 origin = Provenance(step=step, op="example", problem_ids=(problem.id,),
                                     rollout_ids=(rollout_key(self.run_id, step, problem.id, best.sample),))
                 out.append((ExampleOp(op="example", text=text), origin))

@@ -1,5 +1,6 @@
 """The optimize loop against the scripted fake: what it learns, records, skips, rejects and resumes."""
 
+import dataclasses
 import json
 import os
 import re
@@ -65,6 +66,38 @@ async def test_homogeneous_groups_cost_no_learner_calls(store, quickstart):
     # no lesson and no learner call; each solved problem left one worked example, its shortest verified answer
     assert {i.kind for i in result.library.items} == {"example"}
     assert len(result.library.items) == len({i.provenance.problem_ids for i in result.library.items}) == 8
+
+
+class Wordy(ScriptedBackend):
+    """Every answer padded to `length` characters of working before its (right) boxed result."""
+
+    def __init__(self, answers, length):
+        super().__init__(answers, skill=1.0)
+        self.length = length
+
+    async def generate(self, messages, n=1, **sampling):
+        generation = await super().generate(messages, n, **sampling)
+        pad = lambda text: "w" * max(0, self.length - len(text)) + text  # noqa: E731
+        return dataclasses.replace(generation, choices=[dataclasses.replace(c, text=pad(c.text))
+                                                        for c in generation.choices])
+
+
+@pytest.mark.parametrize("statement, solution, kept", [
+    (600, 400, True),  # a long statement (task families' boilerplate) does not cost a short solution its place
+    (100, 600, False),  # a solution over the cap is not shown, however short its problem
+    (1500, 300, False),  # the whole item stays within a worked example's bound
+])
+async def test_a_worked_example_is_capped_on_its_solution_not_its_statement(tmp_path, statement, solution, kept):
+    problem = ("Read the rules. " * 200)[:statement - 11] + "What is 2+3?"
+    (tmp_path / "long.jsonl").write_text(json.dumps({"id": "p", "problem": problem, "answer": "5"}) + "\n")
+    config = OptimizeConfig(dataset=str(tmp_path / "long.jsonl"), batch_size=1, group_size=2, epochs=1,
+                            max_example_chars=500)
+    _, result = await run(RunStore(tmp_path / "ws"), Wordy({problem: "5"}, solution), config)
+    examples = [i for i in result.library.items if i.kind == "example"]
+    assert len(problem) == statement + 1
+    assert len(examples) == int(kept)
+    if kept:
+        assert examples[0].text.endswith("\\boxed{5}") and problem in examples[0].text
 
 
 async def test_hard_groups_learn_from_the_reference_answer(store, quickstart):
