@@ -8,16 +8,22 @@ $GYM_TF_STUDIO_SCREENSHOTS (the README's are in docs/studio/) or the test's temp
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import httpx
 import pytest
 
+from conftest import free_port, run_cli, wait_for
 from test_server import Running, start_fake
 from test_studio import make_workspace
 from gym_tf.library import short
+from gym_tf.store import RunStore
 from server import ServerConfig, create_app
 from server.app import VERSION_HEADER
 from server.upstream import Upstream
@@ -118,4 +124,69 @@ def test_every_page_in_a_real_browser(served, tmp_path):
         parent = store.version(target).parent
         assert answered_by(base) == parent and page.url.endswith(f"/ui/versions/{parent}")
         browser.close()
+    assert problems == [], "\n".join(problems)
+
+
+@pytest.mark.embedded
+def test_a_real_embedded_run_in_the_browser(tmp_path):
+    """What a user does: `gym-tf optimize` on the embedded model, then `gym-tf ui`, read in a browser. The pages'
+    numbers are the CLI's, and every item's provenance leads to the real rollout it came from."""
+    ws = tmp_path / "ws"
+    made = run_cli("optimize", "--dataset", "quickstart", "--limit", "4", "--batch-size", "2", "--epochs", "1", "-G",
+                   "2", "--max-completion-tokens", "256", "--no-summarize", "--workspace", str(ws))
+    assert made.returncode == 0, made.stderr
+    store = RunStore(ws)
+    [run] = store.runs()
+    library = store.version(run["current_version"])
+    assert library.items, f"the embedded model solved none of 4 quickstart problems:\n{made.stdout}"
+    printed = dict(re.findall(r"(\w+) (\d+\+\d+)", made.stdout.split("tokens by stage:")[1].splitlines()[0]))
+    shown = run_cli("library", "show", "latest", "--workspace", str(ws))
+    assert shown.returncode == 0 and all(item.id in shown.stdout for item in library.items), shown.stdout
+
+    port = free_port()
+    base = f"http://127.0.0.1:{port}"
+    ui = subprocess.Popen([sys.executable, "-m", "gym_tf", "ui", "--workspace", str(ws), "--port", str(port),
+                           "--api-key", "reader"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    problems: list[str] = []
+    try:
+        wait_for(f"{base}/ui/login", ui)
+        assert httpx.get(f"{base}/ui/runs.json", timeout=10).status_code == 401  # no key, no pages
+        with playwright.sync_playwright() as p:
+            browser = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=["--no-sandbox"])
+            page = browser.new_page()
+            page.on("console", lambda m: problems.append(f"console: {m.text}") if m.type == "error" else None)
+            page.on("pageerror", lambda e: problems.append(f"page error: {e}"))
+            page.on("response", lambda r: problems.append(f"{r.status} {r.url}") if r.status >= 400 else None)
+            page.goto(f"{base}/ui/login")
+            page.fill("input[name=key]", "reader")
+            page.click("#login")
+            page.wait_for_url(f"{base}/ui/runs")
+
+            def twin(path: str) -> dict:
+                return json.loads(page.evaluate(f"fetch({path!r}).then(r => r.text())"))
+
+            listed = twin("/ui/runs.json")["runs"][0]
+            assert listed["id"] == run["id"] and listed["status"] == "finished"
+            assert {stage: f"{t['prompt']}+{t['completion']}" for stage, t in listed["tokens"].items()} == printed
+            page.goto(f"{base}/ui/runs/{run['id']}")
+            curve = page.locator("svg.chart path.train")
+            assert curve.count() == 1 and curve.get_attribute("d").count("L") == len(store.steps(run["id"])) - 1
+            assert twin(f"/ui/runs/{run['id']}.json")["library_size"] == len(library.items)
+            page.goto(f"{base}/ui/versions/{library.id}")
+            for item in library.items:
+                page.goto(f"{base}/ui/versions/{library.id}")
+                page.click(f"a.item-link >> text={item.id}")
+                page.wait_for_url(f"**/items/{item.id}")
+                page.locator("a.rollout-link").first.click()
+                page.wait_for_url("**/ui/rollouts/*")
+                key = page.locator("h1 .id").inner_text()
+                stored = store.db["rollouts"].get(key)
+                assert key in item.provenance.rollout_ids
+                assert float(page.locator("#reward").inner_text()) == stored["reward"]
+                if item.kind == "example":  # the example is that rollout's own verified answer
+                    assert stored["reward"] == 1.0 and stored["completion"].strip() in item.text
+            browser.close()
+    finally:
+        ui.terminate()
+        ui.wait(timeout=30)
     assert problems == [], "\n".join(problems)
