@@ -6,8 +6,9 @@
     -> `optimize` on train, validation-gated -> compare no library and the learned one on test, same seeds:
        paired Mean@k difference with a 95% interval, Majority@k at equal samples, tokens spent.
 
-Every family run is reported, gains or not. On the embedded default (no --base-url) on 2 CPU cores, one family
-with the defaults below takes 30 to 60 minutes. Any OpenAI-compatible backend runs it for a larger model.
+Every family run is reported, gains or not. The defaults are the settings of the README's rows; on the embedded
+default (no --base-url) on 2 CPU cores one family takes 20 to 50 minutes. Any OpenAI-compatible backend runs it for
+a larger model.
 
     python benchmarks/learning_effect.py --families leg_counting,gcd --out bench-out
     python benchmarks/learning_effect.py --families basic_arithmetic --base-url http://127.0.0.1:8000/v1
@@ -171,9 +172,9 @@ def markdown(rows: list[dict]) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--families", default=DEFAULT_FAMILIES, help="reasoning-gym task names, or `quickstart`")
-    parser.add_argument("--train", type=int, default=24)
-    parser.add_argument("--val", type=int, default=12)
-    parser.add_argument("--test", type=int, default=40)
+    parser.add_argument("--train", type=int, default=16)
+    parser.add_argument("--val", type=int, default=6)
+    parser.add_argument("--test", type=int, default=24)
     parser.add_argument("-k", type=int, default=4, help="samples per test problem")
     parser.add_argument("--val-samples", type=int, default=2)
     parser.add_argument("--epochs", type=int, default=1)
@@ -183,7 +184,7 @@ def main() -> None:
     parser.add_argument("--retrieve-lessons", type=int, default=None)
     parser.add_argument("--summarize", action=argparse.BooleanOptionalAction, default=False)
     parser.add_argument("--hard-groups", default="skip")
-    parser.add_argument("--max-completion-tokens", type=int, default=300)
+    parser.add_argument("--max-completion-tokens", type=int, default=256)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--level", default="auto",
                         help="reasoning-gym difficulty: `auto` (probe levels 0, 1, ... and take the one solved nearest "
