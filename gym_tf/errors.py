@@ -13,7 +13,8 @@
     ├── StoreError             the run store cannot satisfy the request
     │   ├── UnknownRun             no run with that id
     │   ├── UnknownRecord          no stored rollout, learner call, item or evaluation with that id
-    │   └── UnknownResponse        no recorded response with that id for that tenant (also a LookupError)
+    │   ├── UnknownResponse        no recorded response with that id for that tenant (also a LookupError)
+    │   └── UnknownChoice          feedback names a choice the recorded response does not have
     └── BudgetExhausted        the run's token budget is spent (a clean stop, not a failure)
 """
 
@@ -75,6 +76,10 @@ class UnknownRecord(StoreError):
 
 
 class UnknownResponse(StoreError, LookupError):
+    pass
+
+
+class UnknownChoice(StoreError):
     pass
 
 

@@ -27,7 +27,7 @@ from typing import Any, Iterator, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from sqlite_utils import Database
 
-from gym_tf.errors import ConfigError, UnknownResponse
+from gym_tf.errors import ConfigError, UnknownChoice, UnknownResponse
 from rewards.answers import extract_answer
 
 DEFAULT_TENANT = "default"
@@ -48,6 +48,7 @@ class Feedback(BaseModel):
         None, description="thumbs `up` (1.0) / `down` (0.0), or a number from 0 to 1")
     correction: str | None = Field(None, min_length=1, max_length=32_000, description="the answer it should have given")
     comment: str | None = Field(None, min_length=1, max_length=32_000, description="free text")
+    choice: int = Field(0, ge=0, le=1023, description="which choice (its `index`) of an n > 1 response it is about")
 
     @model_validator(mode="after")
     def _rules(self) -> "Feedback":
@@ -102,6 +103,9 @@ class TrafficLog:
 
     def _create(self) -> None:
         if {"traffic", "feedback"} <= set(self.db.table_names()):
+            if "choice" not in self.db["feedback"].columns_dict:  # a log recorded before feedback named a choice
+                with self._immediate():
+                    self.db.execute("alter table feedback add column choice integer not null default 0")
             return
         with self._immediate():
             self.db["traffic"].create(
@@ -113,8 +117,9 @@ class TrafficLog:
             self.db["traffic"].create_index(["created"], if_not_exists=True)
             self.db["feedback"].create(
                 {"tenant": str, "response_id": str, "key_id": str, "score": float, "correction": str, "comment": str,
-                 "created": float},
-                pk=("tenant", "response_id", "key_id"), if_not_exists=True)
+                 "created": float, "choice": int},
+                pk=("tenant", "response_id", "key_id"), not_null={"choice"}, defaults={"choice": 0},
+                if_not_exists=True)
 
     def _immediate(self):
         return _Immediate(self.db.conn)
@@ -128,16 +133,22 @@ class TrafficLog:
 
     def put_feedback(self, tenant: str, feedback: Feedback, key: str) -> bool:
         """Record a key's feedback on a response of this tenant; True if it replaced that key's earlier feedback.
-        The response must have been recorded for this tenant (UnknownResponse if not)."""
+        The response must have been recorded for this tenant (UnknownResponse if not), with that choice
+        (UnknownChoice if not)."""
         with self._immediate():
-            if self.find(tenant, feedback.response_id) is None:
+            exchange = self.find(tenant, feedback.response_id)
+            if exchange is None:
                 raise UnknownResponse(feedback.response_id)
+            if feedback.choice >= len(exchange["answers"] or [None]):
+                raise UnknownChoice(f"choice {feedback.choice}: response {feedback.response_id!r} has "
+                                    f"{len(exchange['answers'] or [None])} choice(s), from index 0")
             before = self.db.conn.execute(
                 "select 1 from feedback where tenant = ? and response_id = ? and key_id = ?",
                 [tenant, feedback.response_id, key]).fetchone()
             self.db["feedback"].insert(
                 {"tenant": tenant, "response_id": feedback.response_id, "key_id": key, "score": feedback.value,
-                 "correction": feedback.correction, "comment": feedback.comment, "created": time.time()},
+                 "correction": feedback.correction, "comment": feedback.comment, "created": time.time(),
+                 "choice": feedback.choice},
                 replace=True)
         return before is not None
 
@@ -184,10 +195,14 @@ class TrafficLog:
                     f"insert into traffic ({columns}) select {columns} from other.traffic o where not exists "
                     "(select 1 from traffic t where t.tenant = o.tenant and t.response_id = o.response_id) "
                     "order by o.created").rowcount
+                theirs = {row[1] for row in self.db.conn.execute("pragma other.table_info(feedback)")}
+                choice = "choice" if "choice" in theirs else "0"  # a log recorded before feedback named a choice
                 feedback = self.db.conn.execute(
-                    "insert into feedback select * from other.feedback where true on conflict (tenant, response_id, "
-                    "key_id) do update set score = excluded.score, correction = excluded.correction, "
-                    "comment = excluded.comment, created = excluded.created where excluded.created > feedback.created"
+                    "insert into feedback (tenant, response_id, key_id, score, correction, comment, created, choice) "
+                    f"select tenant, response_id, key_id, score, correction, comment, created, {choice} "
+                    "from other.feedback where true on conflict (tenant, response_id, key_id) do update set "
+                    "score = excluded.score, correction = excluded.correction, comment = excluded.comment, "
+                    "created = excluded.created, choice = excluded.choice where excluded.created > feedback.created"
                 ).rowcount
         finally:
             self.db.conn.execute("DETACH DATABASE other")
@@ -265,7 +280,8 @@ def problem_row(exchange: dict[str, Any]) -> dict[str, Any] | None:
 
     The reference `answer` is the newest correction, else the served answer's final answer when the mean score is
     positive (thumbs up); a negative score keeps the served answer as `served_answer` with `label: down`, for the
-    feedback reward to count against; a comment alone gives `label: comment`."""
+    feedback reward to count against; a comment alone gives `label: comment`. Of an n > 1 response, the served
+    answer is the choice the newest feedback names, and only the scores given to that choice count."""
     request = exchange["request"] if isinstance(exchange["request"], dict) else {}  # a redaction hook may blank it
     if exchange["route"] == "/chat/completions":
         text = last_user_text(request.get("messages"))
@@ -273,10 +289,12 @@ def problem_row(exchange: dict[str, Any]) -> dict[str, Any] | None:
         text = request.get("prompt") if isinstance(request.get("prompt"), str) else ""
     if not text.strip():
         return None
-    served = (exchange["answers"] or [""])[0]
     rows = exchange["feedback"]
+    answers = exchange["answers"] or [""]
+    about = rows[-1].get("choice", 0) if rows else 0  # the choice the newest feedback names (n > 1 responses)
+    served = answers[about] if about < len(answers) else answers[0]
     corrections = [f["correction"] for f in rows if f["correction"]]
-    scores = [f["score"] for f in rows if f["score"] is not None]
+    scores = [f["score"] for f in rows if f["score"] is not None and f.get("choice", 0) == about]
     mean = sum(scores) / len(scores) if scores else None
     if corrections:
         label, answer = "correction", corrections[-1]

@@ -18,7 +18,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from gym_tf.errors import ConfigError
+from gym_tf.errors import ConfigError, UnknownChoice
 from gym_tf.traffic import Feedback, TrafficLog
 
 FRAME = struct.Struct(">I")
@@ -102,6 +102,8 @@ def _answer(sink, log: TrafficLog, ident: int, name: str, args: tuple) -> None:
             result = log.put_feedback(tenant, Feedback.model_validate(feedback), key)
     except LookupError as exc:
         error, result = "lookup", str(exc)
+    except UnknownChoice as exc:
+        error, result = "choice", str(exc)
     except Exception as exc:  # noqa: BLE001 - reported to the waiting request, which answers with an error
         error, result = "failed", f"{type(exc).__name__}: {exc}"
     payload = pickle.dumps((ident, error, result))

@@ -1,8 +1,9 @@
 """`POST /v1/feedback`: what a user thought of a response, by the response id the client already has.
 
-    {"response_id": "chatcmpl-...", "score": "up" | "down" | 0.0..1.0, "correction": "...", "comment": "..."}
+    {"response_id": "chatcmpl-...", "score": "up" | "down" | 0.0..1.0, "correction": "...", "comment": "...",
+     "choice": 0}
 
-At least one of score, correction, comment. Idempotent per (response id, API key): posting again replaces what that
+At least one of score, correction, comment; `choice` (default 0) names the choice of an n > 1 response. Idempotent per (response id, API key): posting again replaces what that
 key said before. A response id this tenant was never answered with is a 404, in the OpenAI error shape, whether it
 belongs to another tenant or to nobody: one tenant learns nothing of another's traffic.
 """
@@ -16,6 +17,7 @@ from typing import Any, Awaitable, Callable
 from fastapi import FastAPI, Request
 from pydantic import ValidationError
 
+from gym_tf.errors import UnknownChoice
 from gym_tf.traffic import DEFAULT_TENANT, Feedback
 from server import schema
 from server.errors import OpenAIError
@@ -49,8 +51,10 @@ def register(app: FastAPI, recorder: Recorder | None, read_body: BodyReader) -> 
         except (LookupError, asyncio.TimeoutError):
             raise OpenAIError(404, f"no recorded response {given.response_id!r}", code="response_not_found",
                               param="response_id") from None
+        except UnknownChoice as exc:
+            raise OpenAIError(400, f"invalid feedback field choice: {exc}", param="choice") from None
         except RecorderDown as exc:
             raise OpenAIError(503, f"feedback cannot be recorded now: {exc}", code="recorder_down") from None
         return {"object": "feedback", "response_id": given.response_id, "score": given.value,
-                "correction": given.correction is not None, "comment": given.comment is not None,
+                "correction": given.correction is not None, "comment": given.comment is not None, "choice": given.choice,
                 "replaced": replaced, "created": int(time.time())}

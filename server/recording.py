@@ -32,6 +32,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any, AsyncIterator
 
+from gym_tf.errors import UnknownChoice
 from gym_tf.traffic import Feedback, TrafficLog
 from gym_tf.traffic_writer import FRAME as _FRAME, RecordSettings, load_redactor
 
@@ -185,8 +186,8 @@ class Recorder:
             del self._in[: 4 + size]
             future = self._waiting.pop(ident, None)
             if future is not None and not future.done():
-                future.set_exception(LookupError(result)) if error == "lookup" else \
-                    future.set_exception(RecorderDown(result)) if error else future.set_result(result)
+                failure = {"lookup": LookupError, "choice": UnknownChoice}.get(error, RecorderDown)
+                future.set_exception(failure(result)) if error else future.set_result(result)
         if not self._waiting:
             self._loop.remove_reader(fd)
 

@@ -10,7 +10,7 @@ import pytest
 
 from gym_tf.library import EMPTY_LIBRARY, AddOp, apply_ops
 from gym_tf.store import RunStore
-from gym_tf.traffic import TrafficLog
+from gym_tf.traffic import TrafficLog, problem_row
 from server import ServerConfig, create_app
 from server.recording import KILL_FILE, Recorder, RecordSettings
 from server.upstream import Upstream
@@ -94,6 +94,53 @@ def test_feedback_right_after_a_stream_is_idempotent_per_key_and_404_for_unknown
     assert caught.value.body["code"] == "response_not_found" and caught.value.body["param"] == "response_id"
 
 
+def test_feedback_names_the_choice_of_an_n_2_response(served):
+    clients, store, *_ = served
+    client = clients["default"]
+    two = client.chat.completions.create(model="m", messages=HI, n=2)
+    assert feedback(client, response_id=two.id, score="up", choice=1)["choice"] == 1
+    with pytest.raises(openai.BadRequestError) as caught:
+        feedback(client, response_id=two.id, score="up", choice=2)
+    assert caught.value.body["param"] == "choice" and "has 2 choice(s)" in caught.value.body["message"]
+    [row] = rows(store.root, 1, "default")
+    assert [(f["choice"], f["score"]) for f in row["feedback"]] == [(1, 1.0)]  # the refused one changed nothing
+
+
+def test_the_served_answer_is_the_choice_the_feedback_names():
+    exchange = {"response_id": "r", "route": "/chat/completions", "library_version": "v",
+                "request": {"messages": [{"role": "user", "content": "6 x 7?"}]},
+                "answers": ["so \\boxed{41}", "so \\boxed{42}"]}
+    said = lambda choice, score, at: {"choice": choice, "score": score, "correction": None, "comment": None,  # noqa: E731
+                                      "created": at}
+    up = problem_row({**exchange, "feedback": [said(0, 0.0, 1.0), said(1, 1.0, 2.0)]})
+    # the newest feedback is about choice 1; the thumbs down on choice 0 is not counted against it
+    assert (up["served_answer"], up["answer"], up["label"], up["score"]) == ("so \\boxed{42}", "42", "up", 1.0)
+    down = problem_row({**exchange, "feedback": [said(1, 1.0, 1.0), said(0, 0.0, 2.0)]})
+    assert (down["served_answer"], down["answer"], down["label"]) == ("so \\boxed{41}", None, "down")
+    unrated = problem_row({**exchange, "feedback": []})
+    assert unrated["served_answer"] == "so \\boxed{41}" and unrated["label"] == "none"
+
+
+def test_a_log_recorded_before_feedback_named_a_choice_opens_and_merges(tmp_path):
+    import sqlite3
+
+    for name in ("old", "new"):
+        TrafficLog(tmp_path / name).close()
+    old = sqlite3.connect(tmp_path / "old" / "traffic.db")
+    old.execute("alter table feedback drop column choice")  # the table as it was before
+    old.execute("insert into traffic (response_id, tenant, created, route, model, library_version, request, answers) "
+                "values ('r1', 'default', 1.0, '/chat/completions', 'm', 'v', '{}', ?)", [json.dumps(["a", "b"])])
+    old.execute("insert into feedback values ('default', 'r1', 'k', 1.0, null, null, 2.0)")
+    old.commit()
+    old.close()
+    merged = TrafficLog(tmp_path / "new").merge(tmp_path / "old")
+    assert merged == {"exchanges": 1, "feedback": 1}
+    [row] = TrafficLog(tmp_path / "new").exchanges("default")
+    assert [(f["choice"], f["score"]) for f in row["feedback"]] == [(0, 1.0)]
+    reopened = TrafficLog(tmp_path / "old")  # opening the old log adds the column, every row about choice 0
+    assert [f["choice"] for f in next(reopened.exchanges("default"))["feedback"]] == [0]
+
+
 def test_a_tenant_never_sees_another_tenants_responses(served):
     clients, store, *_ = served
     acme = clients["acme"].chat.completions.create(model="m", messages=HI)
@@ -110,6 +157,8 @@ def test_a_tenant_never_sees_another_tenants_responses(served):
     {"response_id": "x", "score": float("nan")}, {"response_id": 5, "score": "up"}, {"response_id": "", "score": "up"},
     {"response_id": "x", "score": "up", "extra": 1}, {"response_id": "x" * 300, "score": "up"},
     {"response_id": "x", "correction": ""}, {"response_id": "x", "comment": ["a"]}, {"response_id": None},
+    {"response_id": "x", "score": "up", "choice": -1}, {"response_id": "x", "score": "up", "choice": 1.5},
+    {"response_id": "x", "score": "up", "choice": 10**6},
 ])
 def test_hostile_feedback_bodies_get_a_400_in_openai_shape(served, body):
     clients, _, _, running, _ = served
