@@ -204,10 +204,12 @@ def test_redaction_runs_before_storage_and_a_failing_hook_keeps_nothing(tmp_path
             client = openai.OpenAI(base_url=running.url, api_key="x", max_retries=0)
             client.chat.completions.create(model="m", messages=HI)
             client.chat.completions.create(model="m", messages=[{"role": "user", "content": "my secret is 1234"}])
-            found = rows(workspace, 2, "default", timeout=2)
+            kept = expected + (hook == "redactors:mask_digits")
+            # wait long for rows that should come (a loaded machine starts the writer slowly), briefly for none
+            found = rows(workspace, kept or 2, "default", timeout=20 if kept else 2)
             assert recorder.writer.poll() is None, hook  # a hook that fails never stops the recorder
             running.stop()
-            assert len(found) == expected + (hook == "redactors:mask_digits"), hook
+            assert len(found) == kept, hook
             stored = b"".join(p.read_bytes() for p in workspace.glob("*.db*"))  # the file and its WAL
             assert b"1234" not in stored, hook  # nowhere in the file, not even in a freed page
             if hook == "redactors:mask_digits":
