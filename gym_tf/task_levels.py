@@ -3,9 +3,9 @@
 The method learns from groups with mixed rewards: a family where the frozen model solves nothing gives no verified
 answer to copy and no contrast to learn from. reasoning-gym describes each family's difficulty as a curriculum of
 levels (level 0 the easiest; level L draws problems from levels 0 to L). `calibrate` probes a model on a few problems
-per level, from level 0 up, and picks the level whose solve rate is nearest to one half, where a group of G answers is
-most often mixed. The probe problems come from their own generator seed, never from the train, validation or test
-splits.
+per level, from level 0 up, and picks the level whose solve rate (answers fully right) is nearest to one half, where
+a group of G answers is most often mixed. The probe problems come from their own generator seed, never from the
+train, validation or test splits.
 """
 
 from __future__ import annotations
@@ -94,7 +94,10 @@ async def calibrate(backend: Backend, family: str, seed: int, sampling: Sampling
         path = folder / f"probe-level{level}.jsonl"
         write(family, problems, seed, path, level)
         report = await evaluate(backend, load_dataset(str(path)), reward, samples, sampling, seed=seed)
-        rates[level] = report.metrics.mean_at_k.value
+        # fully right answers only: a worked example needs one, and partial credit (gcd's grader gives some to
+        # any number) made a level look learnable where no answer was right
+        answers = [r.reward or 0.0 for group in report.rollouts.values() for r in group]
+        rates[level] = sum(a >= 1.0 for a in answers) / len(answers)
         tokens += report.prompt_tokens + report.completion_tokens
         if on_probe:
             on_probe(level, rates[level])

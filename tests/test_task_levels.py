@@ -101,3 +101,16 @@ async def test_calibration_stops_after_its_probe_budget(tmp_path):
     result = await task_levels.calibrate(TermCounter(answers, reach=99), "chain_sum", seed, Sampling(max_tokens=32),
                                          tmp_path, max_probes=3)
     assert result.rates == {0: 1.0, 1: 1.0, 2: 1.0} and result.level == 0
+
+
+def half_credit(completions, **_):
+    """A grader's partial credit for every answer: none of them right."""
+    return [0.5 for _ in completions]
+
+
+async def test_partial_credit_is_not_counted_as_solved(tmp_path, monkeypatch):
+    monkeypatch.setattr(task_levels, "REWARD", "test_task_levels:half_credit")
+    answers = {r["problem"]: r["answer"] for level in range(6) for r in task_levels.rows("chain_sum", 8, 11, level)}
+    result = await task_levels.calibrate(TermCounter(answers, reach=99), "chain_sum", 11, Sampling(max_tokens=32),
+                                         tmp_path)
+    assert result.rates == {0: 0.0} and result.level == 0  # mean reward 0.5, yet no answer was fully right
