@@ -240,6 +240,10 @@ from gym_tf.publishing import verify_ledger  # noqa: E402
 from ledger.errors import TamperedError  # noqa: E402
 
 BASE = OptimizeConfig(dataset="unused", batch_size=4, group_size=4, epochs=1, seed=2, val_samples=4)
+# The gate's tests: the held-out slice is chosen by a hash of response ids the upstream made at random, so it may be
+# as small as 3 problems. With 8 samples each, a harmful library (never right) loses on every one of them, and the
+# gate's interval lies below zero whatever the slice (with 4, one problem all wrong either way put its top at 0.0).
+GATED = BASE.model_copy(update={"val_samples": 8})
 
 
 class LibraryMatters(ScriptedBackend):
@@ -251,7 +255,7 @@ class LibraryMatters(ScriptedBackend):
 
     def skill_for(self, messages):
         with_library = "Experiences learned" in str(messages[0]["content"]) or "Worked examples" in str(messages[0]["content"])
-        return (0.9 if with_library else 0.3) if self.helps else (0.05 if with_library else 0.6)
+        return (0.9 if with_library else 0.3) if self.helps else (0.0 if with_library else 0.6)
 
 
 def send_quickstart_traffic(client, problems):
@@ -275,7 +279,7 @@ async def test_traffic_and_feedback_teach_a_gated_library_served_without_restart
     rows(store.root, 16, "acme")  # (each feedback post returned once the writer had stored it)
 
     # the snapshot: acme's traffic only, corrections as references, a held-out slice of the labelled rows
-    config = from_traffic(store, BASE, tenant="acme", val_fraction=0.4)
+    config = from_traffic(store, GATED, tenant="acme", val_fraction=0.4)
     train = [json.loads(line) for line in open(config.dataset)]
     val = [json.loads(line) for line in open(config.val_dataset)]
     assert len(train) + len(val) == 16 and val and all(r["label"] == "correction" for r in val)
@@ -344,7 +348,7 @@ async def test_watch_learns_when_enough_feedback_arrived_and_never_promotes_a_fa
             feedback(acme, response_id=ids[i], correction=f"\\boxed{{{problems[i].answer}}}")
 
     give(range(3))
-    make = lambda: from_traffic(store, BASE, tenant="acme", val_fraction=0.5)  # noqa: E731
+    make = lambda: from_traffic(store, GATED, tenant="acme", val_fraction=0.5)  # noqa: E731
     backend = {"model": LibraryMatters(answers, helps=False)}
 
     async def run(config):
