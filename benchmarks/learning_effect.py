@@ -169,6 +169,12 @@ def markdown(rows: list[dict]) -> str:
         f"{r['learning_tokens']:,} | {r['wall_min']:.0f} min |\n" for r in rows)
 
 
+def level_arg(text: str) -> str:
+    if text in ("auto", "default") or (text.isdigit()):
+        return text
+    raise argparse.ArgumentTypeError(f"{text!r}: `auto`, `default` or a level number (0 the easiest)")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--families", default=DEFAULT_FAMILIES, help="reasoning-gym task names, or `quickstart`")
@@ -186,7 +192,7 @@ def main() -> None:
     parser.add_argument("--hard-groups", default="skip")
     parser.add_argument("--max-completion-tokens", type=int, default=256)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--level", default="auto",
+    parser.add_argument("--level", default="auto", type=level_arg,
                         help="reasoning-gym difficulty: `auto` (probe levels 0, 1, ... and take the one solved nearest "
                              "half the time), `default` (the generator's own settings), or a level number")
     parser.add_argument("--base-url")

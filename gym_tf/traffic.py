@@ -24,7 +24,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Iterator, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, model_validator
 from sqlite_utils import Database
 
 from gym_tf.errors import ConfigError, UnknownChoice, UnknownResponse
@@ -48,7 +48,7 @@ class Feedback(BaseModel):
         None, description="thumbs `up` (1.0) / `down` (0.0), or a number from 0 to 1")
     correction: str | None = Field(None, min_length=1, max_length=32_000, description="the answer it should have given")
     comment: str | None = Field(None, min_length=1, max_length=32_000, description="free text")
-    choice: int = Field(0, ge=0, le=1023, description="which choice (its `index`) of an n > 1 response it is about")
+    choice: StrictInt = Field(0, ge=0, le=1023, description="which choice (its `index`) of an n > 1 response it is about")
 
     @model_validator(mode="after")
     def _rules(self) -> "Feedback":
@@ -104,8 +104,9 @@ class TrafficLog:
     def _create(self) -> None:
         if {"traffic", "feedback"} <= set(self.db.table_names()):
             if "choice" not in self.db["feedback"].columns_dict:  # a log recorded before feedback named a choice
-                with self._immediate():
-                    self.db.execute("alter table feedback add column choice integer not null default 0")
+                with self._immediate():  # checked again under the lock: another process may have just added it
+                    if "choice" not in {row[1] for row in self.db.execute("pragma table_info(feedback)")}:
+                        self.db.execute("alter table feedback add column choice integer not null default 0")
             return
         with self._immediate():
             self.db["traffic"].create(
@@ -291,7 +292,8 @@ def problem_row(exchange: dict[str, Any]) -> dict[str, Any] | None:
         return None
     rows = exchange["feedback"]
     answers = exchange["answers"] or [""]
-    about = rows[-1].get("choice", 0) if rows else 0  # the choice the newest feedback names (n > 1 responses)
+    scored = [f for f in rows if f["score"] is not None]  # a later comment alone does not move the choice
+    about = (scored or rows)[-1].get("choice", 0) if rows else 0  # the choice the newest feedback names (n > 1)
     served = answers[about] if about < len(answers) else answers[0]
     corrections = [f["correction"] for f in rows if f["correction"]]
     scores = [f["score"] for f in rows if f["score"] is not None and f.get("choice", 0) == about]

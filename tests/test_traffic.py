@@ -117,6 +117,9 @@ def test_the_served_answer_is_the_choice_the_feedback_names():
     assert (up["served_answer"], up["answer"], up["label"], up["score"]) == ("so \\boxed{42}", "42", "up", 1.0)
     down = problem_row({**exchange, "feedback": [said(1, 1.0, 1.0), said(0, 0.0, 2.0)]})
     assert (down["served_answer"], down["answer"], down["label"]) == ("so \\boxed{41}", None, "down")
+    # a comment posted later, about no choice in particular (0 by default), does not move the scored choice
+    commented = problem_row({**exchange, "feedback": [said(1, 1.0, 1.0), {**said(0, None, 2.0), "comment": "ok"}]})
+    assert (commented["served_answer"], commented["label"]) == ("so \\boxed{42}", "up")
     unrated = problem_row({**exchange, "feedback": []})
     assert unrated["served_answer"] == "so \\boxed{41}" and unrated["label"] == "none"
 
@@ -158,7 +161,8 @@ def test_a_tenant_never_sees_another_tenants_responses(served):
     {"response_id": "x", "score": "up", "extra": 1}, {"response_id": "x" * 300, "score": "up"},
     {"response_id": "x", "correction": ""}, {"response_id": "x", "comment": ["a"]}, {"response_id": None},
     {"response_id": "x", "score": "up", "choice": -1}, {"response_id": "x", "score": "up", "choice": 1.5},
-    {"response_id": "x", "score": "up", "choice": 10**6},
+    {"response_id": "x", "score": "up", "choice": 10**6}, {"response_id": "x", "score": "up", "choice": True},
+    {"response_id": "x", "score": "up", "choice": "1"},
 ])
 def test_hostile_feedback_bodies_get_a_400_in_openai_shape(served, body):
     clients, _, _, running, _ = served
