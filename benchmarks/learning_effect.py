@@ -129,8 +129,7 @@ async def one_family(family: str, args: argparse.Namespace, out: Path) -> dict:
                             library=[i.model_dump(mode="json") for i in result.library.items])
     comparison.write(folder / "comparison.json")
     # recorded in the run's workspace as `gym-tf eval` records its own, so the studio shows it beside the run
-    store.put_evaluation({**comparison.to_dict(), "per_problem": comparison.per_problem()}, str(test), backend.model,
-                         len(problems), args.k)
+    comparison.record(store, str(test))
     plot(comparison, folder / "comparison.png", f"{family}: {backend.model}")
     return row(comparison.to_dict())
 

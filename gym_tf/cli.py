@@ -174,8 +174,7 @@ def eval_command(
 
     result = asyncio.run(main())
     result.extra.update(dataset=dataset, model=result.baseline.report.model)
-    recorded = store.put_evaluation({**result.to_dict(), "per_problem": result.per_problem()}, dataset,
-                                    result.baseline.report.model, len(problems), samples)
+    recorded = result.record(store, dataset)
     report_to_mlflow(report_to, mlflow_tracking_uri, evaluation=(store, recorded))
     if len(arms) == 1:
         only = result.baseline.report

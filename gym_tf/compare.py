@@ -64,6 +64,11 @@ class Comparison:
     def write(self, path: str | Path) -> None:
         Path(path).write_text(json.dumps(self.to_dict(), indent=2), encoding="utf-8")
 
+    def record(self, store: Any, dataset: str) -> str:
+        """Keep it in the workspace (the studio's evaluations); returns its id."""
+        return store.put_evaluation({**self.to_dict(), "per_problem": self.per_problem()}, dataset,
+                                    self.baseline.report.model, self.problems, self.samples)
+
     def per_problem(self) -> dict[str, dict[str, dict[str, Any]]]:
         """Per library, per problem: its mean reward, majority-vote score and each sample's reward."""
         return {a.name: {pid: {"mean": mean, "majority": vote, "rewards": [r.reward for r in group]}

@@ -51,8 +51,7 @@ def make_workspace(root: Path) -> dict:
     library = learned.library
     comparison = asyncio.run(compare(ScriptedBackend(answers), problems[:6], load_reward("math"), 2,
                                      RolloutConfig().sampling(), [("none", EMPTY_LIBRARY, 0), (library.id, library, 0)]))
-    evaluation = store.put_evaluation({**comparison.to_dict(), "per_problem": comparison.per_problem()},
-                                      "quickstart", "scripted", 6, 2)
+    evaluation = comparison.record(store, "quickstart")
     publish(store, library.id, Account.create(), MemoryIpfs())
     store.db["anchors"].insert({"tx": "0xgood", "root": store.ledger.root(), "tree_size": store.ledger.size,
                                 "rpc_url": "", "created": 1.0})
