@@ -3,8 +3,10 @@
     pick the family's difficulty (`--level auto`: probe reasoning-gym's levels from the easiest up, take the one the
     model solves nearest half the time; see gym_tf/task_levels.py)
     -> generate train / validation / test splits (reasoning-gym, three seeds; or the bundled quickstart set)
-    -> `optimize` on train, validation-gated -> compare no library and the learned one on test, same seeds:
-       paired Mean@k difference with a 95% interval, Majority@k at equal samples, tokens spent.
+    -> `optimize` on train, validation-gated, ending with its prune step (each item left out on validation)
+    -> compare no library and the learned one on test, same seeds: paired Mean@k difference with a 95% interval,
+       Majority@k at equal samples, tokens spent; and, when the prune step dropped items, the library before it
+       (`unpruned`), so the table shows what pruning did on test.
 
 Every family run is reported, gains or not. The defaults are the settings of the README's rows; on the embedded
 default (no --base-url) on 2 CPU cores one family takes 20 to 50 minutes. Any OpenAI-compatible backend runs it for
@@ -31,6 +33,7 @@ from gym_tf.backends import BackendConfig, make_backend  # noqa: E402
 from gym_tf.compare import compare, plot  # noqa: E402
 from gym_tf.config import OptimizeConfig, RolloutConfig  # noqa: E402
 from gym_tf.datasets import load_dataset  # noqa: E402
+from gym_tf.metrics import paired_difference  # noqa: E402
 from gym_tf.optimize import Optimizer  # noqa: E402
 from gym_tf.store import RunStore  # noqa: E402
 from gym_tf import task_levels  # noqa: E402
@@ -96,6 +99,7 @@ async def one_family(family: str, args: argparse.Namespace, out: Path) -> dict:
             batch_size=args.batch_size, group_size=args.group_size, seed=args.seed, summarize=args.summarize,
             hard_groups=args.hard_groups, examples_per_prompt=args.examples, worked_examples=args.examples > 0,
             retrieve_lessons=args.retrieve_lessons, rollout=rollout, backend=backend_config, learner=learner_config,
+            prune=args.prune,
         )
 
         def progress(p):
@@ -115,8 +119,11 @@ async def one_family(family: str, args: argparse.Namespace, out: Path) -> dict:
             print(f"[{time.perf_counter() - started:6.0f}s] {family}: test {arm} {done[arm]}/{len(problems)}",
                   file=sys.stderr, flush=True)
 
-        comparison = await compare(backend, problems, load_reward(reward), args.k, config.rollout.sampling(),
-                                   [("none", store.version("empty"), 0), ("learned", result.library, learning)],
+        arms = [("none", store.version("empty"), 0), ("learned", result.library, learning)]
+        unpruned = before_pruning(store, result.run_id)
+        if unpruned is not None:
+            arms.append(("unpruned", unpruned, learning))
+        comparison = await compare(backend, problems, load_reward(reward), args.k, config.rollout.sampling(), arms,
                                    seed=args.seed + 7, on_group=tested)
     finally:
         await backend.aclose()
@@ -126,7 +133,8 @@ async def one_family(family: str, args: argparse.Namespace, out: Path) -> dict:
                             probes=vars(calibration) if calibration else None,
                             model=backend.model, learner=(learner or backend).model, learn_s=learn_s,
                             wall_s=time.perf_counter() - started, settings={k: str(v) for k, v in vars(args).items()},
-                            library=[i.model_dump(mode="json") for i in result.library.items])
+                            library=[i.model_dump(mode="json") for i in result.library.items],
+                            prune=prune_effect(comparison, store, result.run_id))
     comparison.write(folder / "comparison.json")
     # recorded in the run's workspace as `gym-tf eval` records its own, so the studio shows it beside the run
     comparison.record(store, str(test))
@@ -134,9 +142,32 @@ async def one_family(family: str, args: argparse.Namespace, out: Path) -> dict:
     return row(comparison.to_dict())
 
 
+def before_pruning(store: RunStore, run_id: str):
+    """The library the prune step started from, if the prune step changed the run's library; else None."""
+    prune = next((s for s in store.steps(run_id) if "ablation" in s["stats"]), None)
+    if prune is None or prune["version_after"] == prune["version_before"]:
+        return None
+    return store.version(prune["version_before"])
+
+
+def prune_effect(comparison, store: RunStore, run_id: str) -> dict | None:
+    """What the prune step did: items dropped (of how many), and on test the pruned library against the unpruned."""
+    prune = next((s for s in store.steps(run_id) if "ablation" in s["stats"]), None)
+    if prune is None:
+        return None
+    ablations = prune["stats"]["ablation"]
+    out = {"items": len(ablations), "dropped": sum(not a["keep"] for a in ablations), "status": prune["status"]}
+    arms = {a.name: a.report for a in comparison.arms}
+    if "unpruned" in arms:
+        e = paired_difference(arms["learned"].per_problem_mean(), arms["unpruned"].per_problem_mean(),
+                              seed=comparison.seed)
+        out["test_effect"] = {"value": e.value, "low": e.low, "high": e.high}
+    return out
+
+
 def row(c: dict) -> dict:
     """One table row from a family's comparison.json."""
-    none, learned = c["arms"]
+    none, learned = c["arms"][:2]
     interval = lambda e: (e["value"], e["low"], e["high"])  # noqa: E731
     probes = c.get("probes") or {}
     level = str(c.get("level", "default"))
@@ -152,20 +183,31 @@ def row(c: dict) -> dict:
             "learned_majority": learned["metrics"]["majority"]["value"],
             "majority_diff": interval(learned["majority_vs_baseline"]),
             "mean_minus_none_majority": interval(learned["mean_vs_baseline_majority"]),
-            "extra_prompt_tokens": c["extra_prompt_tokens_per_call"][learned["name"]],
+            "extra_prompt_tokens": c["extra_prompt_tokens_per_call"][learned["name"]], "prune": c.get("prune"),
             "learning_tokens": learned["tokens"]["learning"], "wall_min": c["wall_s"] / 60}
 
 
 def markdown(rows: list[dict]) -> str:
     ci = lambda e: f"{e[0]:+.3f} [{e[1]:+.3f}, {e[2]:+.3f}]"  # noqa: E731
     head = ("| family | seed | level | learner | test x k | none Mean@k | learned Mean@k | Mean@k diff [95% CI] | none Maj@k | learned Maj@k | "
-            "Maj@k diff [95% CI] | learned Mean@k - none Maj@k | items (lessons) | extra prompt tok/call | "
-            "learning tokens | wall |\n" + "|---" * 16 + "|\n")
+            "Maj@k diff [95% CI] | learned Mean@k - none Maj@k | items (lessons) | pruned: dropped, test effect | "
+            "extra prompt tok/call | learning tokens | wall |\n" + "|---" * 17 + "|\n")
     return head + "".join(
         f"| {r['family']} | {r['seed']} | {r['level']} | {r['learner']} | {r['test']} x {r['k']} | {r['none_mean']:.3f} | {r['learned_mean']:.3f} | {ci(r['diff'])} | "
         f"{r['none_majority']:.3f} | {r['learned_majority']:.3f} | {ci(r['majority_diff'])} | "
-        f"{ci(r['mean_minus_none_majority'])} | {r['items']} ({r['lessons']}) | {r['extra_prompt_tokens']:+.0f} | "
+        f"{ci(r['mean_minus_none_majority'])} | {r['items']} ({r['lessons']}) | {pruned(r.get('prune'))} | "
+        f"{r['extra_prompt_tokens']:+.0f} | "
         f"{r['learning_tokens']:,} | {r['wall_min']:.0f} min |\n" for r in rows)
+
+
+def pruned(prune: dict | None) -> str:
+    if prune is None:
+        return "not run"
+    text = f"{prune['dropped']} of {prune['items']}"
+    if prune["status"] != "promoted":
+        return text + " (gate refused)"
+    effect = prune.get("test_effect")
+    return text + (f", {effect['value']:+.3f} [{effect['low']:+.3f}, {effect['high']:+.3f}]" if effect else "")
 
 
 def level_arg(text: str) -> str:
@@ -189,6 +231,8 @@ def main() -> None:
     parser.add_argument("--retrieve-lessons", type=int, default=None)
     parser.add_argument("--summarize", action=argparse.BooleanOptionalAction, default=False)
     parser.add_argument("--hard-groups", default="skip")
+    parser.add_argument("--prune", action=argparse.BooleanOptionalAction, default=True,
+                        help="end the run with the prune step (each item left out on validation)")
     parser.add_argument("--max-completion-tokens", type=int, default=256)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--level", default="auto", type=level_arg,

@@ -252,6 +252,8 @@ def optimize(
     limit: Annotated[Optional[int], typer.Option(help="only the first N training problems")] = None,
     val_dataset: Annotated[Optional[str], typer.Option(help="held-out problems for the validation gate")] = None,
     val_samples: int = 4,
+    prune: Annotated[bool, typer.Option(help="with --val-dataset: after the last step, leave each item out in turn "
+                                             "and drop lessons that showed no help, examples that showed harm")] = True,
     max_tokens: Annotated[Optional[int], typer.Option(help="token budget for the whole run")] = None,
     max_completion_tokens: Annotated[int, typer.Option(help="longest answer, tokens")] = 512,
     max_library_tokens: Annotated[Optional[int], typer.Option(help="cap on the rendered library")] = 1024,
@@ -310,7 +312,7 @@ def optimize(
         config = OptimizeConfig(
             dataset=dataset, problem_field=problem_field, answer_field=answer_field, limit=limit, epochs=epochs,
             batch_size=batch_size, group_size=group_size, seed=seed, reward=reward, val_dataset=val_dataset,
-            val_samples=val_samples, max_tokens=max_tokens, max_library_tokens=max_library_tokens,
+            val_samples=val_samples, prune=prune, max_tokens=max_tokens, max_library_tokens=max_library_tokens,
             retrieve_lessons=retrieve_lessons, examples_per_prompt=examples_per_prompt, worked_examples=worked_examples,
             summarize=summarize, hard_groups=hard_groups,
             rollout=RolloutConfig(temperature=temperature, max_completion_tokens=max_completion_tokens),

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Annotated, Any, Literal, Union
@@ -23,12 +24,22 @@ MAX_EXAMPLE_CHARS = 1600  # a worked example: the problem and a verified solutio
 MIN_LESSON_LETTERS = 10
 
 
+# "Add a lesson on solving muffins and ..." (the 0.5B learner, in the README's main command): an instruction to
+# whoever keeps the library, which the solver reads as noise
+_ABOUT_THE_LIBRARY = re.compile(r"^\W*(?:please\s+)?(?:add|create|write|include|insert|record|store|keep|remove|delete|"
+                                r"update|merge)\b[^.]{0,40}?\b(?:lessons?|experiences?|library)\b", re.IGNORECASE)
+
+
 def _says_something(text: str) -> str:
     """A lesson is advice in words: "8 + 32 = 40" is one problem's arithmetic, not a lesson (a 0.5B learner wrote
-    exactly that into a learned library). Letters are counted, not words, so scripts without spaces pass."""
+    exactly that into a learned library). Letters are counted, not words, so scripts without spaces pass. Nor is
+    an instruction about the library itself ("Add a lesson on ...") a lesson."""
     if sum(c.isalpha() for c in text) < MIN_LESSON_LETTERS:
         raise ValueError(f"a lesson needs at least {MIN_LESSON_LETTERS} letters of advice: state a general rule, "
                          "not one problem's result")
+    if _ABOUT_THE_LIBRARY.match(text):
+        raise ValueError("a lesson is advice to the solver, not an instruction about the library: write the advice "
+                         "itself")
     return text
 
 

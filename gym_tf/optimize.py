@@ -3,6 +3,9 @@
     rollout -> reward -> worked examples from verified answers -> skip homogeneous groups -> summarize each rollout
             -> group advantage per problem -> consolidate the batch -> apply ops -> validate -> record a new version
 
+and, after the last step of a gated run, `prune_step`: each item left out in turn on validation, the ones that
+showed no help (lessons) or harm (examples) dropped, the result gated like any candidate (`gym_tf.credit`).
+
 Model weights never change; the "policy update" is a set of typed ops on the experience library.
 """
 
@@ -17,12 +20,14 @@ from typing import Any, Callable, Iterator
 from gym_tf.backends import Backend
 from gym_tf.backends.base import gather_or_cancel
 from gym_tf.config import OptimizeConfig
+from gym_tf.credit import ablation, leave_out, reached
 from gym_tf.datasets import Problem, load_dataset, open_dataset
 from gym_tf.errors import BudgetExhausted, StoreError
 from gym_tf.evaluate import evaluate
 from gym_tf.learner import (JudgeCalls, LearnerCalls, OpRules, StageReply, consolidate_prompt, group_prompt,
                              summarize_prompt)
-from gym_tf.library import MAX_EXAMPLE_CHARS, ExampleOp, LibraryVersion, OpVerdict, Provenance, apply_ops, with_policy
+from gym_tf.library import (MAX_EXAMPLE_CHARS, DeleteOp, ExampleOp, LibraryVersion, OpVerdict, Provenance, apply_ops,
+                             with_policy)
 from gym_tf.metrics import paired_difference
 from gym_tf.rollouts import Rollout, rollout_many
 from gym_tf.store import RunStore, config_hash, rollout_key
@@ -111,7 +116,7 @@ class Optimizer:
         library = self.store.version(run["current_version"])
         steps = self.store.steps(self.run_id)
         done = {s["step"] for s in steps}
-        self.progress.total_steps = cfg.epochs * -(-len(self.problems) // cfg.batch_size)
+        self.progress.total_steps = cfg.epochs * -(-len(self.problems) // cfg.batch_size) + self._prunes
         self.progress.library_size = len(library.items)
         self._count_tokens()
         status = "finished"
@@ -133,6 +138,11 @@ class Optimizer:
                     if step in done:
                         continue  # committed before a crash: its rollouts, replies and version are in the store
                     library, best_scores = await self.run_step(epoch, batch_index, step, batch, library, best_scores)
+            if self._prunes:
+                step += 1
+                self.progress.step = step
+                if step not in done:
+                    library, best_scores = await self.prune_step(step, library, best_scores)
         except BudgetExhausted as stop:
             status = "budget"
             self.progress.notes.append(str(stop))
@@ -213,16 +223,7 @@ class Optimizer:
         self.progress.ops_rejected += sum(not v.accepted for _, v in all_verdicts)
 
         # --- validate: keep the candidate only if it is not worse than the best beyond noise
-        status, evaluation = "promoted", None
-        if candidate.id != library.id and best_scores is not None:
-            self._check_budget()
-            scores = await self._validate(candidate, step)
-            diff = paired_difference(scores, best_scores, seed=cfg.seed)
-            evaluation = {"val_mean": sum(scores) / len(scores), "diff": diff.value, "low": diff.low, "high": diff.high}
-            if diff.high < 0:
-                status = "rejected"
-            elif diff.value > 0:
-                best_scores = scores
+        status, evaluation, best_scores = await self._gate(candidate, library, step, best_scores)
 
         # --- record: version, op verdicts, step row and token counts in one transaction
         self._count_tokens()
@@ -237,7 +238,63 @@ class Optimizer:
         self._notify()
         return new_library, best_scores
 
+    async def prune_step(self, step: int, library: LibraryVersion,
+                         best_scores: list[float] | None) -> tuple[LibraryVersion, list[float] | None]:
+        """Credit per item, after the last step: leave each item out in turn, rerun only the validation problems
+        whose prompt it was in, and drop the items that did not help there (lessons) or harmed (examples)."""
+        if not library.items:
+            return library, best_scores
+        self._check_budget()
+        by_id = dict(zip((p.id for p in self.val_problems), await self._validate(library, step)))
+
+        async def credit(item):
+            without = leave_out(library, [item.id], step)
+            problems = reached(library, without, self.val_problems)
+            scores = await self._validate(without, step, problems) if problems else []
+            return ablation(item, problems, [by_id[p.id] for p in problems], scores)
+
+        ablations = await gather_or_cancel(*(credit(item) for item in library.items))
+        dropped = [a for a in ablations if not a.keep]
+        candidate = leave_out(library, [a.item for a in dropped], step) if dropped else library
+        verdicts = [("apply", OpVerdict(DeleteOp(op="delete", id=a.item), True,
+                                        f"ablation: {a.verdict} on {len(a.problems)} validation problems "
+                                        f"({a.with_item:.3f} with it, {a.without_item:.3f} without)"))
+                    for a in dropped]
+        status, evaluation, best_scores = await self._gate(candidate, library, step, best_scores)
+        self.progress.ops_applied += len(dropped)
+        self._count_tokens()
+        stats = {"groups_used": 0, "groups_skipped": 0, "mean_reward": None, "ops_applied": len(dropped),
+                 "ops_rejected": 0, "val_mean": evaluation["val_mean"] if evaluation else None,
+                 "best_scores": best_scores, "ablation": [a.to_dict() for a in ablations]}
+        self.store.commit_step(self.run_id, step, self.config.epochs - 1, -1, library, candidate, verdicts, status,
+                               self.store.usage(self.run_id), stats, self.cfg_hash, evaluation)
+        kept = candidate if status == "promoted" else library
+        self.progress.library_size = len(kept.items)
+        self.progress.notes.append(f"pruned {len(dropped)} of {len(library.items)} items ({status})"
+                                   if dropped else f"pruned none of {len(library.items)} items")
+        self._notify()
+        return kept, best_scores
+
     # --- the pieces ---------------------------------------------------------------------------------------------
+
+    @property
+    def _prunes(self) -> int:
+        """1 when the run ends with a prune step (it needs validation problems to measure on), else 0."""
+        return int(self.config.prune and bool(self.val_problems))
+
+    async def _gate(self, candidate: LibraryVersion, library: LibraryVersion, step: int,
+                    best_scores: list[float] | None) -> tuple[str, dict | None, list[float] | None]:
+        """Promote the candidate unless it is worse than the best so far beyond noise (a paired 95% interval
+        below zero); it becomes the new best only if it scored higher."""
+        if candidate.id == library.id or best_scores is None:
+            return "promoted", None, best_scores
+        self._check_budget()
+        scores = await self._validate(candidate, step)
+        diff = paired_difference(scores, best_scores, seed=self.config.seed)
+        evaluation = {"val_mean": sum(scores) / len(scores), "diff": diff.value, "low": diff.low, "high": diff.high}
+        if diff.high < 0:
+            return "rejected", evaluation, best_scores
+        return "promoted", evaluation, scores if diff.value > 0 else best_scores
 
     def _summary(self, library: LibraryVersion) -> dict[str, Any]:
         return {"steps": self.progress.step, "library_items": len(library.items), "val_baseline": self.val_baseline,
@@ -292,13 +349,19 @@ class Optimizer:
             out[p.id].append((r, reply.text))
         return out
 
-    async def _validate(self, library: LibraryVersion, step: int) -> list[float]:
-        """Per-problem mean reward on the validation set; the same seeds for every version (paired comparison)."""
-        cached: dict[str, list[Rollout]] = {}
-        for r in self.store.rollouts(self.run_id, step):
-            if r.problem_id.startswith("val/") and r.library_version == library.id:
-                cached.setdefault(r.problem_id.removeprefix("val/"), []).append(r)
-        todo = [p for p in self.val_problems if len(cached.get(p.id, [])) != self.config.val_samples]
+    async def _validate(self, library: LibraryVersion, step: int, problems: list[Problem] | None = None) -> list[float]:
+        """Per-problem mean reward on the validation set (or these of its problems); the same seeds for every
+        version (paired comparison). A version's groups stored by this step, or by the step that made it, are
+        reused rather than paid again."""
+        subset = problems is not None
+        problems = self.val_problems if problems is None else problems
+        found: dict[str, dict[int, Rollout]] = {}
+        for stored_step in sorted({0, library.step, step}):
+            for r in self.store.rollouts(self.run_id, stored_step):
+                if r.problem_id.startswith("val/") and r.library_version == library.id:
+                    found.setdefault(r.problem_id.removeprefix("val/"), {})[r.sample] = r
+        cached = {pid: list(group.values()) for pid, group in found.items()}
+        todo = [p for p in problems if len(cached.get(p.id, [])) != self.config.val_samples]
 
         def keep(problem: Problem, group: list[Rollout]) -> None:
             renamed = [Rollout(**{**r.__dict__, "problem_id": f"val/{r.problem_id}"}) for r in group]
@@ -307,8 +370,9 @@ class Optimizer:
         report = await evaluate(self.backend, todo, self.reward, self.config.val_samples, self.config.rollout.sampling(),
                                 library, seed=self.config.seed, on_group=keep) if todo else None
         groups = {**cached, **(report.rollouts if report else {})}
-        scores = [_mean(r.reward for r in groups[p.id]) for p in self.val_problems]
-        self.progress.last_val = _mean(scores)
+        scores = [_mean(r.reward for r in groups[p.id]) for p in problems]
+        if not subset:
+            self.progress.last_val = _mean(scores)
         self._count_tokens()
         return scores
 

@@ -80,6 +80,9 @@ def report_run(store: RunStore, run_id: str, tracking_uri: str | None = None, ex
             library = store.version(version["id"])
             document = {"format": FORMAT, "id": library.id, "library": library.model_dump(mode="json")}
             mlflow.log_dict(document, f"libraries/step-{version['step']:04d}-{version['status']}-{library.id}.json")
+        for step in store.steps(run["id"]):
+            if step["stats"].get("ablation"):  # the prune step: each item's credit on validation
+                mlflow.log_dict(step["stats"]["ablation"], "item_credit.json")
         if run["current_version"]:
             library = store.version(run["current_version"])
             mlflow.log_dict({"format": FORMAT, "id": library.id, "library": library.model_dump(mode="json")},

@@ -47,8 +47,14 @@ def config_hash(config: dict[str, Any]) -> str:
     return hashlib.sha256(json.dumps(config, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
 
 
-def rollout_key(run_id: str, step: int, problem_id: str, sample: int) -> str:
-    return f"{run_id}/{step}/{problem_id}/{sample}"
+def rollout_key(run_id: str, step: int, problem_id: str, sample: int, version: str = "") -> str:
+    """A rollout's key. Validation rollouts name their library version too: a prune step validates several
+    versions on the same problems in one step."""
+    return f"{run_id}/{step}/{problem_id}/{sample}" + (f"@{version}" if version else "")
+
+
+def _version_in_key(rollout: Rollout) -> str:
+    return rollout.library_version if rollout.problem_id.startswith("val/") else ""
 
 
 def _process_exists(pid: int) -> bool:
@@ -361,8 +367,8 @@ class RunStore:
     @_writes
     def put_rollouts(self, run_id: str, epoch: int, step: int, rollouts: list[Rollout]) -> None:
         rows = [
-            {"key": rollout_key(run_id, step, r.problem_id, r.sample), "run_id": run_id, "epoch": epoch,
-             "step": step, "problem_id": r.problem_id, "sample": r.sample, "library_version": r.library_version,
+            {"key": rollout_key(run_id, step, r.problem_id, r.sample, _version_in_key(r)), "run_id": run_id,
+             "epoch": epoch, "step": step, "problem_id": r.problem_id, "sample": r.sample, "library_version": r.library_version,
              "messages": json.dumps(r.messages), "completion": r.completion, "finish_reason": r.finish_reason,
              "prompt_tokens": r.prompt_tokens, "completion_tokens": r.completion_tokens, "latency_s": r.latency_s,
              "reward": r.reward, "created": time.time(), "shown": json.dumps(list(r.shown))}

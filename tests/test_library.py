@@ -72,6 +72,23 @@ def test_a_lesson_is_advice_in_words_not_one_problems_result():
         assert OpAdapter.validate_python({"op": "add", "text": advice}).text == advice
 
 
+@pytest.mark.parametrize("text, refused", [
+    ("Add a lesson on solving muffins and counting what was sold.", True),  # the 0.5B learner, main command
+    ("Create a new experience about checking units before answering.", True),
+    ("Please update the library with a rule about fractions.", True),
+    ("Add the two smallest numbers first, then the rest.", False),
+    ("Keep every intermediate result written down.", False),
+    ("Remove common factors before multiplying fractions.", False),
+    ("Apply the lesson of the units: convert before adding.", False),
+])
+def test_a_lesson_is_not_an_instruction_about_the_library(text, refused):
+    if refused:
+        with pytest.raises(ValidationError, match="not an instruction about the library"):
+            OpAdapter.validate_python({"op": "add", "text": text})
+    else:
+        assert OpAdapter.validate_python({"op": "add", "text": text}).text == text
+
+
 def test_a_full_budget_still_lets_a_new_lesson_in():
     """Once the cap is reached, the newest lessons go in and the oldest make room: a new item always changes the
     rendered text, so the gate compares two different prompts (it used to see the same text and pass untested)."""

@@ -39,13 +39,20 @@ class HurtByLibrary(ScriptedBackend):
         return 0.1 if "Experiences learned" in str(messages[0]["content"]) else 0.8
 
 
+class HelpedByLibrary(ScriptedBackend):
+    """Each item in the prompt makes a right answer likelier: the prune step finds every item helps, keeps them all."""
+
+    def skill_for(self, messages) -> float:
+        return min(0.95, 0.4 + 0.1 * str(messages[0]["content"]).count("\n[E"))
+
+
 def make_workspace(root: Path) -> dict:
     """Two gated optimize runs (one learns, one has every candidate rejected), an eval comparison, a publication
     and two anchors (one of this log's roots, one not)."""
     store = RunStore(root)
     problems = load_dataset("quickstart")
     answers = {p.problem: p.answer for p in problems}
-    learned = asyncio.run(Optimizer(GATED, store, ScriptedBackend(answers)).run())
+    learned = asyncio.run(Optimizer(GATED, store, HelpedByLibrary(answers)).run())
     hurt = asyncio.run(Optimizer(GATED.model_copy(update={"epochs": 1, "worked_examples": False}), store,
                                  HurtByLibrary(answers)).run())
     library = learned.library
@@ -98,7 +105,7 @@ def test_run_page_has_each_steps_reward_validation_gate_and_library_size(ws, cli
     store, run_id = ws["store"], ws["learned"].run_id
     data = get(client, f"/ui/runs/{run_id}.json").json()
     steps = store.steps(run_id)
-    assert [s["step"] for s in data["steps"]] == [s["step"] for s in steps] == [1, 2, 3, 4]
+    assert [s["step"] for s in data["steps"]] == [s["step"] for s in steps] == [1, 2, 3, 4, 5]  # 5: the prune step
     candidates = {v["step"]: v for v in store.versions(run_id)}
     for shown, stored in zip(data["steps"], steps):
         assert shown["train_reward"] == stored["stats"]["mean_reward"]
@@ -117,6 +124,26 @@ def test_run_page_has_each_steps_reward_validation_gate_and_library_size(ws, cli
     assert data["val_baseline"] == store.run(run_id)["summary"]["val_baseline"] is not None
     page = get(client, f"/ui/runs/{run_id}").text
     assert '<path class="train" d="M' in page and 'class="gate ' in page and 'class="baseline"' in page
+
+
+def test_each_items_credit_from_the_prune_step_shows_on_its_version_and_the_step(ws, client):
+    store, run_id = ws["store"], ws["learned"].run_id
+    prune = store.steps(run_id)[-1]
+    ablation = {a["item"]: a for a in prune["stats"]["ablation"]}
+    before = store.version(prune["version_before"])
+    assert set(ablation) == {i.id for i in before.items} != set()
+    shown = get(client, f"/ui/versions/{before.id}.json").json()
+    assert {i["id"]: i["credit"] for i in shown["items"]} == ablation
+    version_page = get(client, f"/ui/versions/{before.id}").text
+    step_page = get(client, f"/ui/runs/{run_id}/steps/{prune['step']}").text
+    for a in ablation.values():
+        line = f"{a['verdict']}</span>" + (f": {a['with_item']:.3f} / {a['without_item']:.3f} on "
+                                           f"{len(a['problems'])} problems" if a["problems"] else "")
+        assert line in version_page and line in step_page
+    assert step_page.count("<b>dropped</b>") == sum(not a["keep"] for a in ablation.values())
+    # a version no prune step measured says so
+    first = store.version(store.steps(run_id)[0]["version_after"])
+    assert all(i["credit"] is None for i in get(client, f"/ui/versions/{first.id}.json").json()["items"])
 
 
 def test_rejected_candidates_show_with_the_gate_verdict(ws, client):

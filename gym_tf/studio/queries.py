@@ -232,13 +232,17 @@ def versions(con: sqlite3.Connection, page: int = 1) -> dict[str, Any]:
 
 
 def version(con: sqlite3.Connection, ref: str) -> dict[str, Any]:
-    """One version: its items (each a link to its provenance), parent, children, the ops that made it, the gate."""
+    """One version: its items (each a link to its provenance, and its credit where a prune step left it out in turn
+    on validation), parent, children, the ops that made it, the gate."""
     version_id = resolve_version(con, ref)
     row = _one(con, "select * from versions where id = ?", [version_id], UnknownVersion(ref))
     content = json.loads(row["content"])
     children = _rows(con, "select id, status, step from versions where parent = ? order by created", [version_id])
     ops = _rows(con, "select run_id, step, seq, op, accepted, reason from ops where version_id = ? and stage = 'apply' "
                      "order by step, seq", [version_id])
+    credit = {a["item"]: a for (stats,) in con.execute(
+        "select json_extract(stats, '$.ablation') from steps where version_before = ? and "
+        "json_extract(stats, '$.ablation') is not null", [version_id]) for a in json.loads(stats)}
     return {
         "id": version_id, "parent": row["parent"], "run_id": row["run_id"], "step": row["step"],
         "status": row["status"], "created": row["created"], "leaf_index": row["leaf_index"],
@@ -246,7 +250,8 @@ def version(con: sqlite3.Connection, ref: str) -> dict[str, Any]:
         "policy": content.get("policy"), "served": served_version_id(con) == version_id,
         "items": [{"id": i["id"], "kind": i.get("kind", "lesson"), "text": i["text"], "step": i["provenance"]["step"],
                    "op": i["provenance"]["op"], "problems": len(i["provenance"].get("problem_ids", [])),
-                   "rollouts": len(i["provenance"].get("rollout_ids", []))} for i in content["items"]],
+                   "rollouts": len(i["provenance"].get("rollout_ids", [])), "credit": credit.get(i["id"])}
+                  for i in content["items"]],
         "children": children, "ops": [{**o, "op": _loads(o["op"])} for o in ops],
     }
 

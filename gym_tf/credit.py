@@ -1,0 +1,75 @@
+"""Credit per item: what each library item does on validation, measured by leaving it out.
+
+    ablations = [ablation(item, problems, with_item, without_item) for each item]   # from paired validation scores
+    pruned = leave_out(library, [a.item for a in ablations if not a.keep], step)
+
+An item is judged only on the validation problems whose prompt it changes: with retrieval, most items reach a few
+problems, and every other problem's prompt (so its scores) is the same with or without the item. Those problems
+are rerun with the item left out, on the same seeds as the library's own validation, so the comparison is paired.
+
+What is dropped: a lesson whose absence does not lower validation (it is paid for in every prompt, and showed no
+help), and a worked example whose absence raises it (it harmed the problems it was retrieved for). An example
+that showed no difference stays: it is shown only where it is relevant, and a few validation problems cannot tell
+"useless" from "useful elsewhere". An item no validation problem saw is kept for the same reason.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+from gym_tf.datasets import Problem
+from gym_tf.library import Experience, LibraryVersion
+from gym_tf.rollouts import build_messages
+
+
+@dataclass(frozen=True)
+class Ablation:
+    """One item's credit: its validation problems' mean score with it and without it (same seeds)."""
+
+    item: str
+    kind: str
+    problems: tuple[str, ...]  # the validation problems whose prompt it is in
+    with_item: float | None  # None: no validation problem saw it
+    without_item: float | None
+
+    @property
+    def effect(self) -> float | None:
+        """How much the item adds on its problems (negative: it harms them)."""
+        return None if self.with_item is None or self.without_item is None else self.with_item - self.without_item
+
+    @property
+    def keep(self) -> bool:
+        if self.effect is None:
+            return True
+        return self.effect > 0 if self.kind == "lesson" else self.effect >= 0
+
+    @property
+    def verdict(self) -> str:
+        if self.effect is None:
+            return "not shown on validation"
+        return "helps" if self.effect > 0 else "harms" if self.effect < 0 else "no effect"
+
+    def to_dict(self) -> dict:
+        return {**asdict(self), "problems": list(self.problems), "effect": self.effect, "verdict": self.verdict,
+                "keep": self.keep}
+
+
+def leave_out(library: LibraryVersion, item_ids: list[str] | tuple[str, ...], step: int) -> LibraryVersion:
+    """The library without these items (ids stay as they are, never reused): a new version whose parent is
+    `library`, rendered under the same policy."""
+    drop = set(item_ids)
+    return LibraryVersion(items=tuple(i for i in library.items if i.id not in drop), next_number=library.next_number,
+                          parent=library.id, step=step, policy=library.policy)
+
+
+def reached(library: LibraryVersion, without: LibraryVersion, problems: list[Problem]) -> list[Problem]:
+    """The problems whose solve prompt differs between the two versions: the only ones whose scores can."""
+    return [p for p in problems if build_messages(p, library)[0] != build_messages(p, without)[0]]
+
+
+def ablation(item: Experience, problems: list[Problem], with_item: list[float], without_item: list[float]) -> Ablation:
+    """`with_item[i]` and `without_item[i]`: problem i's mean score with the item and with it left out."""
+    if not problems:
+        return Ablation(item.id, item.kind, (), None, None)
+    return Ablation(item.id, item.kind, tuple(p.id for p in problems), sum(with_item) / len(with_item),
+                    sum(without_item) / len(without_item))
