@@ -120,9 +120,9 @@ async def one_family(family: str, args: argparse.Namespace, out: Path) -> dict:
                   file=sys.stderr, flush=True)
 
         arms = [("none", store.version("empty"), 0), ("learned", result.library, learning)]
-        unpruned = before_pruning(store, result.run_id)
-        if unpruned is not None:
-            arms.append(("unpruned", unpruned, learning))
+        prune = next((s for s in store.steps(result.run_id) if "ablation" in s["stats"]), None)
+        if prune is not None and prune["version_after"] != prune["version_before"]:  # pruning changed the library
+            arms.append(("unpruned", store.version(prune["version_before"]), learning))
         comparison = await compare(backend, problems, load_reward(reward), args.k, config.rollout.sampling(), arms,
                                    seed=args.seed + 7, on_group=tested)
     finally:
@@ -134,7 +134,7 @@ async def one_family(family: str, args: argparse.Namespace, out: Path) -> dict:
                             model=backend.model, learner=(learner or backend).model, learn_s=learn_s,
                             wall_s=time.perf_counter() - started, settings={k: str(v) for k, v in vars(args).items()},
                             library=[i.model_dump(mode="json") for i in result.library.items],
-                            prune=prune_effect(comparison, store, result.run_id))
+                            prune=prune_effect(comparison, prune))
     comparison.write(folder / "comparison.json")
     # recorded in the run's workspace as `gym-tf eval` records its own, so the studio shows it beside the run
     comparison.record(store, str(test))
@@ -142,17 +142,9 @@ async def one_family(family: str, args: argparse.Namespace, out: Path) -> dict:
     return row(comparison.to_dict())
 
 
-def before_pruning(store: RunStore, run_id: str):
-    """The library the prune step started from, if the prune step changed the run's library; else None."""
-    prune = next((s for s in store.steps(run_id) if "ablation" in s["stats"]), None)
-    if prune is None or prune["version_after"] == prune["version_before"]:
-        return None
-    return store.version(prune["version_before"])
-
-
-def prune_effect(comparison, store: RunStore, run_id: str) -> dict | None:
-    """What the prune step did: items dropped (of how many), and on test the pruned library against the unpruned."""
-    prune = next((s for s in store.steps(run_id) if "ablation" in s["stats"]), None)
+def prune_effect(comparison, prune: dict | None) -> dict | None:
+    """What the prune step (its step row) did: items dropped (of how many), the gate's verdict, and on test the
+    pruned library against the unpruned one."""
     if prune is None:
         return None
     ablations = prune["stats"]["ablation"]

@@ -3,9 +3,12 @@
     ablations = [ablation(item, problems, with_item, without_item) for each item]   # from paired validation scores
     pruned = leave_out(library, [a.item for a in ablations if not a.keep], step)
 
-An item is judged only on the validation problems whose prompt it changes: with retrieval, most items reach a few
-problems, and every other problem's prompt (so its scores) is the same with or without the item. Those problems
-are rerun with the item left out, on the same seeds as the library's own validation, so the comparison is paired.
+An item is judged on the validation problems whose prompt showed it: with retrieval, an example is shown to a few
+problems (a lesson to all). Those problems are rerun with the item left out, on the same seeds as the library's own
+validation, so the comparison is paired. Left out, an example's place goes to the next most relevant one: its
+effect is measured against that runner-up, which is the choice a prune makes. (Leaving an item out can change
+other problems' prompts too, through BM25's word weights or the token budget; that is not the item's doing, and
+the pruned library as a whole is gated on every problem anyway.)
 
 What is dropped: a lesson whose absence does not lower validation (it is paid for in every prompt, and showed no
 help), and a worked example whose absence raises it (it harmed the problems it was retrieved for). An example
@@ -28,7 +31,7 @@ class Ablation:
 
     item: str
     kind: str
-    problems: tuple[str, ...]  # the validation problems whose prompt it is in
+    problems: tuple[str, ...]  # the validation problems whose prompt showed it
     with_item: float | None  # None: no validation problem saw it
     without_item: float | None
 
@@ -62,9 +65,9 @@ def leave_out(library: LibraryVersion, item_ids: list[str] | tuple[str, ...], st
                           parent=library.id, step=step, policy=library.policy)
 
 
-def reached(library: LibraryVersion, without: LibraryVersion, problems: list[Problem]) -> list[Problem]:
-    """The problems whose solve prompt differs between the two versions: the only ones whose scores can."""
-    return [p for p in problems if build_messages(p, library)[0] != build_messages(p, without)[0]]
+def shown_to(library: LibraryVersion, item: Experience, problems: list[Problem]) -> list[Problem]:
+    """The problems whose solve prompt, under this library, shows the item."""
+    return [p for p in problems if item.id in build_messages(p, library)[1]]
 
 
 def ablation(item: Experience, problems: list[Problem], with_item: list[float], without_item: list[float]) -> Ablation:

@@ -377,8 +377,11 @@ class RunStore:
         with self._immediate():  # see _immediate: a read-then-write upgrade fails at once
             self.db["rollouts"].insert_all(rows, replace=True, alter=True)
 
-    def rollouts(self, run_id: str, step: int | None = None) -> list[Rollout]:
+    def rollouts(self, run_id: str, step: int | None = None, validation: bool = False) -> list[Rollout]:
+        """A run's rollouts (of one step); `validation`: only the validation ones."""
         where, args = ("run_id = ?", [run_id]) if step is None else ("run_id = ? and step = ?", [run_id, step])
+        if validation:
+            where += " and problem_id like 'val/%'"
         return [
             Rollout(
                 problem_id=r["problem_id"], sample=r["sample"], messages=json.loads(r["messages"]),

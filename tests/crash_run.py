@@ -16,8 +16,8 @@ from gym_tf.store import RunStore  # noqa: E402
 
 CONFIG = OptimizeConfig(dataset="quickstart", limit=12, batch_size=4, group_size=4, epochs=2, seed=7)
 # gated: validated on the quickstart set (2 samples, so validation calls are the n=2 ones), by a model that reads
-# its library, so the gate promotes some candidates and rejects others
-GATED = CONFIG.model_copy(update={"val_dataset": "quickstart", "val_samples": 2})
+# its library, so the gate promotes some candidates and rejects others; it ends with the prune step
+GATED = CONFIG.model_copy(update={"val_dataset": "quickstart", "val_samples": 2, "prune": True})
 
 
 class LibraryReader(ScriptedBackend):

@@ -49,8 +49,10 @@ def clean(tmp_path_factory):
     return store, optimizer.run_id, rows
 
 
-def rollout_rows(store: RunStore, run_id: str) -> dict[str, tuple]:
-    return {r["key"].split("/", 1)[1]: (r["completion"], r["reward"])
+def rollout_rows(store: RunStore, run_id: str) -> dict[tuple[str, str], tuple]:
+    """Each rollout by its key without the run id, and its prompt: a validation key also names its library version,
+    whose id differs between runs (provenance names the run's rollouts) while its prompt does not."""
+    return {(r["key"].split("/", 1)[1].split("@")[0], r["messages"]): (r["completion"], r["reward"])
             for r in store.db["rollouts"].rows_where("run_id = ?", [run_id])}
 
 

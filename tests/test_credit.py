@@ -7,7 +7,7 @@ import pytest
 
 from fakes import ScriptedBackend, default_learner
 from gym_tf.config import OptimizeConfig
-from gym_tf.credit import Ablation, ablation, leave_out, reached
+from gym_tf.credit import Ablation, ablation, leave_out, shown_to
 from gym_tf.datasets import Problem
 from gym_tf.library import EMPTY_LIBRARY, AddOp, ExampleOp, RenderPolicy, apply_ops, with_policy
 from gym_tf.optimize import Optimizer, resume_config
@@ -41,8 +41,8 @@ def test_an_ablation_averages_its_problems_scores():
     assert ablation(library.items[0], [], [], []).effect is None
 
 
-def test_an_example_reaches_only_the_problems_it_is_retrieved_for():
-    """With one example per prompt, leaving out the apples example changes only the apples problems' prompts."""
+def test_an_example_is_judged_on_the_problems_it_is_retrieved_for():
+    """With one example per prompt, the apples example is shown to the apples problems only."""
     examples = [ExampleOp(op="example", text="Problem: How many apples are in 3 baskets of 4 apples?\nSolution: 12"),
                 ExampleOp(op="example", text="Problem: A train runs 60 km in 2 hours; its speed?\nSolution: 30")]
     library, _ = apply_ops(with_policy(EMPTY_LIBRARY, RenderPolicy(examples=1)), examples, step=1)
@@ -50,8 +50,8 @@ def test_an_example_reaches_only_the_problems_it_is_retrieved_for():
                 Problem(id="t", problem="A train runs 90 km in 3 hours. Its speed?", answer="30", row={}),
                 Problem(id="b", problem="Apples: 7 baskets of 3 apples, how many apples?", answer="21", row={})]
     apples, train = library.items
-    assert [p.id for p in reached(library, leave_out(library, [apples.id], 2), problems)] == ["a", "b"]
-    assert [p.id for p in reached(library, leave_out(library, [train.id], 2), problems)] == ["t"]
+    assert [p.id for p in shown_to(library, apples, problems)] == ["a", "b"]
+    assert [p.id for p in shown_to(library, train, problems)] == ["t"]
     pruned = leave_out(library, [apples.id], 2)
     assert [i.id for i in pruned.items] == [train.id] and pruned.parent == library.id
     assert pruned.policy == library.policy and pruned.next_number == library.next_number
@@ -72,7 +72,7 @@ def both_lessons(stage, prompt, attempt=0):
 
 
 GATED = OptimizeConfig(dataset="quickstart", limit=8, batch_size=8, group_size=4, epochs=1, seed=2,
-                       worked_examples=False, summarize=False, val_dataset="quickstart", val_samples=4)
+                       worked_examples=False, summarize=False, val_dataset="quickstart", val_samples=4, prune=True)
 
 
 async def test_a_gated_run_ends_by_dropping_the_lesson_whose_absence_helps(tmp_path, quickstart):
@@ -96,11 +96,50 @@ async def test_a_gated_run_ends_by_dropping_the_lesson_whose_absence_helps(tmp_p
     deletes = [o for o in store.ops(result.run_id) if o["step"] == 2]
     assert [(json.loads(o["op"])["op"], json.loads(o["op"])["id"]) for o in deletes] == [("delete", harms)]
     assert deletes[0]["reason"].startswith("ablation: harms on 40 validation problems")
-    # paid in the prune step: each item left out, on the problems it reaches (the learned library's own scores and
-    # the pruned version's are the ones already measured: the pruned library is the harmful lesson left out)
-    prune_calls = [c for c in backend.calls[-2 * 40:] if c["stage"] == "solve"]
-    assert len(prune_calls) == 2 * 40 and store.db["rollouts"].count_where("step = 2") == 2 * 40 * 4
+    # paid in the prune step: each item left out, on the problems it was shown to (the learned library's own scores
+    # and the pruned version's are the ones already measured: the pruned library is the harmful lesson left out)
+    solve_calls = sum(c["stage"] == "solve" for c in backend.calls)
+    assert solve_calls == 8 + 40 + 40 + 2 * 40  # step 1's groups, step-0 and step-1 validation, then the prune step
+    assert store.db["rollouts"].count_where("step = 2") == 2 * 40 * 4
     assert store.run(result.run_id)["current_version"] == result.library.id
+
+
+class HurtByOneExample(ScriptedBackend):
+    """Worked examples help (+50 points), except the one solved from the muffins problem, which harms (-60)."""
+
+    def skill_for(self, messages):
+        system = str(messages[0]["content"])
+        examples = system.count("\nSolution: ")
+        return max(0.0, min(1.0, 0.3 + 0.5 * (examples > 0) - 0.6 * ("muffins" in system.split("Worked examples")[-1]
+                                                                       if examples else False)))
+
+
+async def test_examples_are_judged_where_shown_and_no_validation_prompt_is_paid_twice(tmp_path, quickstart):
+    config = GATED.model_copy(update={"worked_examples": True, "limit": 16, "batch_size": 16})
+    backend = HurtByOneExample({p.problem: p.answer for p in quickstart}, learner=lambda *a: '{"operations": []}')
+    store = RunStore(tmp_path / "ws")
+    result = await Optimizer(config, store, backend).run()
+    prune = store.steps(result.run_id)[-1]
+    learned = store.version(prune["version_before"])
+    examples = [i for i in learned.items if i.kind == "example"]
+    assert len(examples) > 2
+    val = {p.id: p for p in quickstart}
+    for a in prune["stats"]["ablation"]:
+        item = learned.get(a["item"])
+        # judged on exactly the validation problems whose prompt showed it, a few of the 40
+        assert a["problems"] == [p.id for p in shown_to(learned, item, quickstart)]
+        assert 0 < len(a["problems"]) < 40 or a["verdict"] == "not shown on validation"
+        assert a["keep"] == ("muffins" not in item.text or a["verdict"] != "harms")
+    muffins = [a for a in prune["stats"]["ablation"] if "muffins" in learned.get(a["item"]).text]
+    assert muffins and all(a["verdict"] == "harms" and not a["keep"] for a in muffins if a["problems"])
+    assert all("muffins" not in i.text for i in result.library.items) and result.library.items
+    # every (problem, prompt) validated in the prune step is new: nothing measured before was paid again
+    earlier = {(r.problem_id, json.dumps(r.messages)) for s in (0, learned.step)
+               for r in store.rollouts(result.run_id, s, validation=True)}
+    now = [(r.problem_id, json.dumps(r.messages)) for r in store.rollouts(result.run_id, prune["step"], validation=True)]
+    assert now and not set(now) & earlier
+    assert all(now.count(key) == config.val_samples for key in set(now))
+    assert {pid.removeprefix("val/") for pid, _ in now} <= set(val)
 
 
 async def test_no_prune_step_without_validation_or_when_switched_off(tmp_path, quickstart):

@@ -29,7 +29,7 @@ from server.upstream import Upstream
 
 READER, ADMIN = {"Authorization": "Bearer reader"}, {"Authorization": "Bearer boss"}
 GATED = OptimizeConfig(dataset="quickstart", limit=8, batch_size=4, group_size=4, epochs=2, seed=3,
-                       val_dataset="quickstart", val_samples=2)
+                       val_dataset="quickstart", val_samples=2, prune=True)
 
 
 class HurtByLibrary(ScriptedBackend):
@@ -142,8 +142,29 @@ def test_each_items_credit_from_the_prune_step_shows_on_its_version_and_the_step
         assert line in version_page and line in step_page
     assert step_page.count("<b>dropped</b>") == sum(not a["keep"] for a in ablation.values())
     # a version no prune step measured says so
-    first = store.version(store.steps(run_id)[0]["version_after"])
-    assert all(i["credit"] is None for i in get(client, f"/ui/versions/{first.id}.json").json()["items"])
+    first = get(client, f"/ui/versions/{store.steps(run_id)[0]['version_after']}.json").json()
+    assert first["items"] and all(i["credit"] is None for i in first["items"])
+
+
+def test_a_dropped_item_shows_why_and_its_left_out_rollouts_name_an_unrecorded_version(tmp_path):
+    from test_credit import GATED as ONE_STEP, HARMS, ReadsLessons, both_lessons
+
+    store = RunStore(tmp_path / "ws")
+    answers = {p.problem: p.answer for p in load_dataset("quickstart")}
+    result = asyncio.run(Optimizer(ONE_STEP, store, ReadsLessons(answers, learner=both_lessons)).run())
+    prune = store.steps(result.run_id)[-1]
+    [dropped] = [a for a in prune["stats"]["ablation"] if not a["keep"]]
+    assert store.version(prune["version_before"]).get(dropped["item"]).text == HARMS
+    client = TestClient(studio_app(store, StudioConfig(keys=["reader"])))
+    step_page = get(client, f"/ui/runs/{result.run_id}/steps/{prune['step']}").text
+    assert (f'harms</span>: {dropped["with_item"]:.3f} / {dropped["without_item"]:.3f} on 40 problems · '
+            "<b>dropped</b>") in step_page
+    assert get(client, f"/ui/versions/{prune['version_before']}").text.count("<b>dropped</b>") == 1
+    left_out = store.db.execute("select rowid, library_version from rollouts where step = ? and library_version "
+                                "not in (select id from versions) limit 1", [prune["step"]]).fetchone()
+    assert left_out is not None
+    page = get(client, f"/ui/rollouts/{left_out[0]}").text
+    assert "not recorded" in page and f'href="/ui/versions/{left_out[1]}"' not in page
 
 
 def test_rejected_candidates_show_with_the_gate_verdict(ws, client):

@@ -2,8 +2,10 @@
 nothing is downloaded), against `gym-tf serve`'s app on loopback in front of a fake upstream.
 
 It logs in, opens every page, finds no console errors, sees the run curve's SVG path, follows an item to one of
-its scored rollouts, promotes a version and sees the proxy answer with it, then rolls back. Screenshots go to
-$GYM_TF_STUDIO_SCREENSHOTS (the README's are in docs/studio/) or the test's temporary folder.
+its scored rollouts, promotes a version and sees the proxy answer with it, then rolls back. A second case does the
+same on a workspace made by a real `gym-tf optimize` on the embedded model. Screenshots go to
+$GYM_TF_STUDIO_SCREENSHOTS (the README's are in docs/studio/) or the test's temporary folder; the real run's are
+named `real-*`.
 """
 
 from __future__ import annotations
@@ -143,6 +145,8 @@ def test_a_real_embedded_run_in_the_browser(tmp_path):
     shown = run_cli("library", "show", "latest", "--workspace", str(ws))
     assert shown.returncode == 0 and all(item.id in shown.stdout for item in library.items), shown.stdout
 
+    shots = Path(os.environ.get("GYM_TF_STUDIO_SCREENSHOTS") or tmp_path / "shots")
+    shots.mkdir(parents=True, exist_ok=True)
     port = free_port()
     base = f"http://127.0.0.1:{port}"
     ui = subprocess.Popen([sys.executable, "-m", "gym_tf", "ui", "--workspace", str(ws), "--port", str(port),
@@ -165,20 +169,25 @@ def test_a_real_embedded_run_in_the_browser(tmp_path):
             def twin(path: str) -> dict:
                 return json.loads(page.evaluate(f"fetch({path!r}).then(r => r.text())"))
 
+            page.screenshot(path=str(shots / "real-runs.png"))
             listed = twin("/ui/runs.json")["runs"][0]
             assert listed["id"] == run["id"] and listed["status"] == "finished"
             assert {stage: f"{t['prompt']}+{t['completion']}" for stage, t in listed["tokens"].items()} == printed
             page.goto(f"{base}/ui/runs/{run['id']}")
             curve = page.locator("svg.chart path.train")
             assert curve.count() == 1 and curve.get_attribute("d").count("L") == len(store.steps(run["id"])) - 1
+            page.screenshot(path=str(shots / "real-run.png"))
             assert twin(f"/ui/runs/{run['id']}.json")["library_size"] == len(library.items)
             page.goto(f"{base}/ui/versions/{library.id}")
+            page.screenshot(path=str(shots / "real-version.png"))
             for item in library.items:
                 page.goto(f"{base}/ui/versions/{library.id}")
                 page.click(f"a.item-link >> text={item.id}")
                 page.wait_for_url(f"**/items/{item.id}")
+                page.screenshot(path=str(shots / f"real-item-{item.kind}.png"))
                 page.locator("a.rollout-link").first.click()
                 page.wait_for_url("**/ui/rollouts/*")
+                page.screenshot(path=str(shots / f"real-rollout-{item.kind}.png"))
                 key = page.locator("h1 .id").inner_text()
                 stored = store.db["rollouts"].get(key)
                 assert key in item.provenance.rollout_ids

@@ -175,7 +175,10 @@ def learner_call(con: sqlite3.Connection, call_id: int) -> dict[str, Any]:
 def rollout(con: sqlite3.Connection, rollout_id: int) -> dict[str, Any]:
     row = _one(con, "select rowid as id, * from rollouts where rowid = ?", [rollout_id],
                UnknownRecord(f"no rollout {rollout_id}"))
-    return {**row, "messages": _loads(row["messages"]), "shown": _loads(row["shown"] or "[]")}
+    recorded = con.execute("select 1 from versions where id = ?", [row["library_version"]]).fetchone() is not None
+    # a prune step's left-out versions are measured, never recorded: their rollouts name a version with no page
+    return {**row, "messages": _loads(row["messages"]), "shown": _loads(row["shown"] or "[]"),
+            "version_recorded": recorded}
 
 
 _ITEM_COUNTS: dict[str, int] = {}  # version id -> items; versions are immutable, so this never goes stale
