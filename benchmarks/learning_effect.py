@@ -224,7 +224,8 @@ def main() -> None:
     parser.add_argument("--summarize", action=argparse.BooleanOptionalAction, default=False)
     parser.add_argument("--hard-groups", default="skip")
     parser.add_argument("--prune", action=argparse.BooleanOptionalAction, default=True,
-                        help="end the run with the prune step (each item left out on validation)")
+                        help="end the run with the prune step (each item left out on validation; lessons that "
+                             "showed no help dropped)")
     parser.add_argument("--max-completion-tokens", type=int, default=256)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--level", default="auto", type=level_arg,

@@ -253,7 +253,7 @@ def optimize(
     val_dataset: Annotated[Optional[str], typer.Option(help="held-out problems for the validation gate")] = None,
     val_samples: int = 4,
     prune: Annotated[bool, typer.Option(help="with --val-dataset: after the last step, leave each item out in turn "
-                                             "and drop lessons that showed no help, examples that showed harm")] = True,
+                                             "(its credit) and drop the lessons that showed no help")] = True,
     max_tokens: Annotated[Optional[int], typer.Option(help="token budget for the whole run")] = None,
     max_completion_tokens: Annotated[int, typer.Option(help="longest answer, tokens")] = 512,
     max_library_tokens: Annotated[Optional[int], typer.Option(help="cap on the rendered library")] = 1024,

@@ -69,8 +69,8 @@ class OptimizeConfig(BaseModel):
                                    "in characters (its problem's statement not counted; the whole item is at most 1600)")
     val_dataset: str | None = Field(None, description="held-out problems; a step is kept only if not worse on them")
     val_samples: int = Field(4, ge=1, description="samples per validation problem")
-    prune: bool = Field(False, description="after the last step, leave each item out in turn on validation and "
-                        "drop the lessons that showed no help and the examples that showed harm (needs val_dataset; "
+    prune: bool = Field(False, description="after the last step, leave each item out in turn on validation (its "
+                        "credit) and drop the lessons that showed no help (needs val_dataset; "
                         "on by default in the CLI and the benchmark, off here so that runs made before it resume "
                         "as they started)")
     max_tokens: int | None = Field(None, ge=1, description="token budget for the whole run (all stages); stops cleanly")

@@ -3,8 +3,8 @@
     rollout -> reward -> worked examples from verified answers -> skip homogeneous groups -> summarize each rollout
             -> group advantage per problem -> consolidate the batch -> apply ops -> validate -> record a new version
 
-and, after the last step of a gated run, `prune_step`: each item left out in turn on validation, the ones that
-showed no help (lessons) or harm (examples) dropped, the result gated like any candidate (`gym_tf.credit`).
+and, after the last step of a gated run, `prune_step`: each item left out in turn on validation (its credit), the
+lessons that showed no help dropped, the result gated like any candidate (`gym_tf.credit`).
 
 Model weights never change; the "policy update" is a set of typed ops on the experience library.
 """
@@ -241,7 +241,8 @@ class Optimizer:
     async def prune_step(self, step: int, library: LibraryVersion,
                          best_scores: list[float] | None) -> tuple[LibraryVersion, list[float] | None]:
         """Credit per item, after the last step: leave each item out in turn, rerun only the validation problems
-        whose prompt showed it, and drop the items that did not help there (lessons) or harmed (examples).
+        whose prompt showed it, and drop the lessons that did not help there (examples are measured, never dropped:
+        see `gym_tf.credit`).
 
         The gate then compares the pruned library with the best so far, reusing every validation group whose prompt
         it already measured; since the drops were chosen on these same groups, that check is lenient by design:

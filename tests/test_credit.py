@@ -22,8 +22,8 @@ HARMS = "Answer from memory without working anything out."
     ("lesson", 0.5, 0.5, False, "no effect"),  # paid in every prompt for nothing
     ("lesson", 0.25, 0.5, False, "harms"),
     ("example", 0.75, 0.5, True, "helps"),
-    ("example", 0.5, 0.5, True, "no effect"),  # shown only where relevant: kept
-    ("example", 0.25, 0.5, False, "harms"),
+    ("example", 0.5, 0.5, True, "no effect"),  # examples are measured, never dropped (see gym_tf/credit.py)
+    ("example", 0.25, 0.5, True, "harms"),
     ("lesson", None, None, True, "not shown on validation"),
     ("example", None, None, True, "not shown on validation"),
 ])
@@ -114,7 +114,7 @@ class HurtByOneExample(ScriptedBackend):
                                                                        if examples else False)))
 
 
-async def test_examples_are_judged_where_shown_and_no_validation_prompt_is_paid_twice(tmp_path, quickstart):
+async def test_examples_are_judged_where_shown_kept_and_no_validation_prompt_is_paid_twice(tmp_path, quickstart):
     config = GATED.model_copy(update={"worked_examples": True, "limit": 16, "batch_size": 16})
     backend = HurtByOneExample({p.problem: p.answer for p in quickstart}, learner=lambda *a: '{"operations": []}')
     store = RunStore(tmp_path / "ws")
@@ -129,10 +129,10 @@ async def test_examples_are_judged_where_shown_and_no_validation_prompt_is_paid_
         # judged on exactly the validation problems whose prompt showed it, a few of the 40
         assert a["problems"] == [p.id for p in shown_to(learned, item, quickstart)]
         assert 0 < len(a["problems"]) < 40 or a["verdict"] == "not shown on validation"
-        assert a["keep"] == ("muffins" not in item.text or a["verdict"] != "harms")
+        assert a["keep"]
     muffins = [a for a in prune["stats"]["ablation"] if "muffins" in learned.get(a["item"]).text]
-    assert muffins and all(a["verdict"] == "harms" and not a["keep"] for a in muffins if a["problems"])
-    assert all("muffins" not in i.text for i in result.library.items) and result.library.items
+    assert muffins and muffins[0]["problems"] and muffins[0]["verdict"] == "harms"  # measured, and still kept
+    assert result.library.id == learned.id and prune["version_after"] == learned.id
     # every (problem, prompt) validated in the prune step is new: nothing measured before was paid again
     earlier = {(r.problem_id, json.dumps(r.messages)) for s in (0, learned.step)
                for r in store.rollouts(result.run_id, s, validation=True)}
