@@ -24,10 +24,15 @@ MAX_EXAMPLE_CHARS = 1600  # a worked example: the problem and a verified solutio
 MIN_LESSON_LETTERS = 10
 
 
-# "Add a lesson on solving muffins and ..." (the 0.5B learner, in the README's main command): an instruction to
-# whoever keeps the library, which the solver reads as noise
-_ABOUT_THE_LIBRARY = re.compile(r"^\W*(?:please\s+)?(?:add|create|write|include|insert|record|store|keep|remove|delete|"
-                                r"update|merge)\b[^.]{0,40}?\b(?:lessons?|experiences?|library)\b", re.IGNORECASE)
+# "Add a lesson on solving muffins and ..." (the 0.5B learner, in the README's main command) and "Add a general
+# strategy for solving problems involving multiplication and addition. ..." (the same, on basic_arithmetic):
+# instructions to whoever keeps the library, which the solver reads as noise. A heuristic: it reads only how the
+# text starts.
+_ABOUT_THE_LIBRARY = re.compile(
+    r"^\W*(?:please\s+)?(?:add|create|write|include|insert|record|store|keep|remove|delete|update|merge)\b"
+    r"(?:[^.]{0,40}?\b(?:lessons?|experiences?|library)\b"
+    r"|\s+(?:a|an|one|another|new)\s+(?:\w+\s+){0,2}(?:strategy|strategies|rule|tip|insight|item|entry)\b)",
+    re.IGNORECASE)
 
 
 def _says_something(text: str) -> str:

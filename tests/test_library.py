@@ -76,6 +76,11 @@ def test_a_lesson_is_advice_in_words_not_one_problems_result():
     ("Add a lesson on solving muffins and counting what was sold.", True),  # the 0.5B learner, main command
     ("Create a new experience about checking units before answering.", True),
     ("Please update the library with a rule about fractions.", True),
+    ("Add a general strategy for solving problems involving multiplication and addition.", True),  # basic_arithmetic
+    ("Create a new rule for carrying digits.", True),
+    ("Add a running total after each step.", False),
+    ("Write a short check of each step before the answer.", False),
+    ("Add the numbers first as a general rule.", False),
     ("Add the two smallest numbers first, then the rest.", False),
     ("Keep every intermediate result written down.", False),
     ("Remove common factors before multiplying fractions.", False),
