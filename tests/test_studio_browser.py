@@ -194,6 +194,15 @@ def test_a_real_embedded_run_in_the_browser(tmp_path):
                 assert float(page.locator("#reward").inner_text()) == stored["reward"]
                 if item.kind == "example":  # the example is that rollout's own verified answer
                     assert stored["reward"] == 1.0 and stored["completion"].strip() in item.text
+            # every other page of this real workspace opens without an error (the listeners above record any)
+            first = store.steps(run["id"])[0]
+            for path in ["/ui/versions", f"/ui/runs/{run['id']}/steps/{first['step']}", "/ui/evaluations", "/ui/ledger",
+                         f"/ui/diff?a={first['version_before']}&b={library.id}"]:
+                reply = page.goto(base + path)
+                assert reply is not None and reply.status == 200, path
+            ledger = twin("/ui/ledger.json")
+            assert ledger["tree_size"] == store.ledger.size
+            assert ledger["versions"] and all(v["included"] for v in ledger["versions"])
             browser.close()
     finally:
         ui.terminate()
