@@ -309,12 +309,20 @@ def problem_row(exchange: dict[str, Any]) -> dict[str, Any] | None:
             "library_version": exchange["library_version"]}
 
 
+def _hold_out_rank(row: dict[str, Any]) -> float:
+    """A number in [0, 1] fixed by the response id."""
+    return int(hashlib.sha256(row["id"].encode()).hexdigest()[:8], 16) / 0xFFFFFFFF
+
+
 def traffic_dataset(log: TrafficLog, tenant: str, out_dir: Path, since: float = 0.0, until: float | None = None,
                     val_fraction: float = 0.0) -> tuple[Path, Path | None, dict[str, int]]:
     """Freeze a tenant's traffic into JSONL files the optimize loop reads: (train, val or None, counts).
 
     `val_fraction` of the feedback-labelled rows (those with a reference answer) is held out for the gate, chosen
-    by a hash of the response id (the same rows on every call). A response id recorded twice keeps its newest row.
+    by a hash of the response id: a row is held out when its hash falls below the fraction, so the same rows are held
+    out on every call and a row once trained on is never held out later, as traffic grows. When no row falls below
+    (likely with few labelled rows), the one with the lowest hash is held out: a positive fraction always gates.
+    A response id recorded twice keeps its newest row.
     """
     until = time.time() if until is None else until
     rows: dict[str, dict[str, Any]] = {}
@@ -326,8 +334,8 @@ def traffic_dataset(log: TrafficLog, tenant: str, out_dir: Path, since: float = 
     if not rows:
         raise ConfigError(f"tenant {tenant!r} has no recorded text requests to learn from in that time range "
                           "(is `gym-tf serve --record` on?)")
-    held = [r for r in rows.values() if r["answer"] is not None
-            and int(hashlib.sha256(r["id"].encode()).hexdigest()[:8], 16) / 0xFFFFFFFF < val_fraction]
+    with_answer = sorted((r for r in rows.values() if r["answer"] is not None), key=_hold_out_rank)
+    held = ([r for r in with_answer if _hold_out_rank(r) < val_fraction] or with_answer[:1]) if val_fraction else []
     held_ids = {r["id"] for r in held}
     train = [r for r in rows.values() if r["id"] not in held_ids]
     if not train:

@@ -10,7 +10,7 @@ import pytest
 
 from gym_tf.library import EMPTY_LIBRARY, AddOp, apply_ops
 from gym_tf.store import RunStore
-from gym_tf.traffic import TrafficLog, problem_row
+from gym_tf.traffic import Feedback, TrafficLog, problem_row, traffic_dataset
 from server import ServerConfig, create_app
 from server.recording import KILL_FILE, Recorder, RecordSettings
 from server.upstream import Upstream
@@ -232,6 +232,41 @@ def test_retention_by_rows_and_by_age(tmp_path):
     assert log.prune(max_days=2.5, max_rows=None, now=now) == 4
     assert [r["response_id"] for r in log.exchanges("default")] == ["r8", "r9"]
 
+
+
+def _recorded(log, ids, with_correction):
+    now = time.time()
+    log.add([{"response_id": i, "tenant": "acme", "created": now, "route": "/chat/completions",
+              "request": json.dumps({"messages": [{"role": "user", "content": f"question {i}"}]}), "answers": "[]"}
+             for i in ids])
+    for i in with_correction:
+        log.put_feedback("acme", Feedback(response_id=i, correction="42"), key="k")
+
+
+@pytest.mark.parametrize("labelled", [1, 2, 3, 4, 6])
+def test_a_positive_val_fraction_always_holds_out_a_labelled_row_and_never_moves_one_into_it(tmp_path, labelled):
+    log = TrafficLog(tmp_path)
+    # ids whose hashes all fall above 0.2, so the hash rule alone would hold out nothing
+    ids = [i for i in (f"resp-{n}" for n in range(200)) if _rank(i) > 0.2][:labelled + 2]
+    _recorded(log, ids, ids[:labelled])
+    train, val, counts = traffic_dataset(log, "acme", tmp_path / "snap", val_fraction=0.2)
+    held = [json.loads(line)["id"] for line in open(val)]
+    assert held == [min(ids[:labelled], key=_rank)] and counts["held_out"] == 1  # the lowest hash, never unlabelled
+    assert counts["problems"] == labelled + 1
+    assert traffic_dataset(log, "acme", tmp_path / "snap", val_fraction=0.0)[1] is None
+    # more traffic, some of it under the fraction: the rows under it are held out, no row trained on before is
+    more = [i for i in (f"later-{n}" for n in range(200)) if _rank(i) < 0.2][:2]
+    _recorded(log, more, more)
+    before_train = {json.loads(line)["id"] for line in open(train)}
+    train, val, counts = traffic_dataset(log, "acme", tmp_path / "snap", val_fraction=0.2)
+    assert {json.loads(line)["id"] for line in open(val)} == set(more)
+    assert before_train <= {json.loads(line)["id"] for line in open(train)}
+    log.close()
+
+
+def _rank(response_id):
+    import hashlib
+    return int(hashlib.sha256(response_id.encode()).hexdigest()[:8], 16) / 0xFFFFFFFF
 
 # --- learning from it (issue #14, items 3 to 5) ------------------------------------------------------------------
 
