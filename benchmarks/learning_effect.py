@@ -40,6 +40,9 @@ from gym_tf import task_levels  # noqa: E402
 from rewards import load_reward  # noqa: E402
 
 DEFAULT_FAMILIES = "leg_counting,gcd,basic_arithmetic,time_intervals"
+# reasoning-gym seeds item i with `seed + i`: one stream per --seed for the splits (SPLIT_SEED items apart, so no two
+# --seed values share an item seed), the probes from the far end of it
+SPLIT_SEED, PROBE_OFFSET = 1_000_000, 500_000
 
 
 def splits(family: str, args: argparse.Namespace, folder: Path, level: int | None) -> tuple[Path, Path, Path, str]:
@@ -52,11 +55,13 @@ def splits(family: str, args: argparse.Namespace, folder: Path, level: int | Non
             path.write_text("".join(json.dumps(r) + "\n" for r in rows[a:b]), encoding="utf-8")
             paths.append(path)
         return *paths, "math"
+    probed = frozenset(p.problem for path in folder.glob("probe-level*.jsonl") for p in load_dataset(str(path)))
+    drawn = task_levels.split(family, {"train": args.train, "val": args.val, "test": args.test},
+                              SPLIT_SEED * args.seed, level, avoid=probed)
     paths = []
-    for name, size, offset in (("train", args.train, 0), ("val", args.val, 1), ("test", args.test, 2)):
-        path = folder / f"{name}.jsonl"
-        task_levels.write(family, size, args.seed * 1000 + offset, path, level)
-        paths.append(path)
+    for name, problems in drawn.items():
+        task_levels.write_rows(problems, folder / f"{name}.jsonl")
+        paths.append(folder / f"{name}.jsonl")
     return *paths, task_levels.REWARD
 
 
@@ -74,7 +79,8 @@ async def pick_level(family: str, args: argparse.Namespace, backend, folder: Pat
     def probed(level, rate):
         print(f"{family}: probe level {level}: solved {rate:.2f}", file=sys.stderr, flush=True)
 
-    calibration = await task_levels.calibrate(backend, family, args.seed * 1000 + 3, sampling, folder, on_probe=probed)
+    calibration = await task_levels.calibrate(backend, family, SPLIT_SEED * args.seed + PROBE_OFFSET, sampling, folder,
+                                              on_probe=probed)
     return calibration.level, calibration
 
 

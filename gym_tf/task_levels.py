@@ -4,8 +4,12 @@ The method learns from groups with mixed rewards: a family where the frozen mode
 answer to copy and no contrast to learn from. reasoning-gym describes each family's difficulty as a curriculum of
 levels (level 0 the easiest; level L draws problems from levels 0 to L). `calibrate` probes a model on a few problems
 per level, from level 0 up, and picks the level whose solve rate (answers fully right) is nearest to one half, where
-a group of G answers is most often mixed. The probe problems come from their own generator seed, never from the
-train, validation or test splits.
+a group of G answers is most often mixed. The probe problems come from their own generator seed, and `split`
+leaves out every problem the probes showed.
+
+Splits are drawn from one generator stream and are disjoint by problem text. reasoning-gym seeds item i of a dataset
+with `seed + i`, so datasets made with neighbouring seeds are the same problems shifted by one: the benchmark's first
+splits (seeds s, s+1, s+2) shared 14 of 24 test problems and all 6 validation problems with the training set.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ from typing import Any, Callable
 
 from gym_tf.backends import Backend, Sampling
 from gym_tf.datasets import load_dataset
+from gym_tf.errors import ConfigError
 from gym_tf.evaluate import evaluate
 
 REWARD = "rewards.reasoning_gym:score"
@@ -58,7 +63,33 @@ def rows(family: str, size: int, seed: int, level: int | None = None) -> list[di
 
 
 def write(family: str, size: int, seed: int, path: Path, level: int | None = None) -> None:
-    path.write_text("".join(json.dumps(r) + "\n" for r in rows(family, size, seed, level)), encoding="utf-8")
+    write_rows(rows(family, size, seed, level), path)
+
+
+def write_rows(problems: list[dict[str, str]], path: Path) -> None:
+    path.write_text("".join(json.dumps(r) + "\n" for r in problems), encoding="utf-8")
+
+
+def split(family: str, sizes: dict[str, int], seed: int, level: int | None = None,
+          avoid: frozenset[str] = frozenset(), draws: int = 8) -> dict[str, list[dict[str, str]]]:
+    """Disjoint splits (e.g. train, val, test, in that order) from one generator stream: each problem text appears
+    once in all of them, and never one of `avoid`. Up to `draws` times the problems needed are generated; a family
+    or level with fewer distinct problems is a ConfigError naming how many it has."""
+    need = sum(sizes.values())
+    seen, distinct = set(avoid), []
+    for row in rows(family, need * draws, seed, level):
+        if row["problem"] not in seen:
+            seen.add(row["problem"])
+            distinct.append(row)
+            if len(distinct) == need:
+                break
+    else:
+        raise ConfigError(f"{family} at level {'default' if level is None else level}: {len(distinct)} distinct "
+                          f"problems in {need * draws} drawn, {need} needed: ask for fewer or a harder level")
+    out, start = {}, 0
+    for name, size in sizes.items():
+        out[name], start = distinct[start:start + size], start + size
+    return out
 
 
 def choose(rates: dict[int, float]) -> int:

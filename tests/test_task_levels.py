@@ -114,3 +114,32 @@ async def test_partial_credit_is_not_counted_as_solved(tmp_path, monkeypatch):
     result = await task_levels.calibrate(TermCounter(answers, reach=99), "chain_sum", 11, Sampling(max_tokens=32),
                                          tmp_path)
     assert result.rates == {0: 0.0} and result.level == 0  # mean reward 0.5, yet no answer was fully right
+
+
+def test_neighbouring_generator_seeds_share_problems_so_splits_come_from_one_stream():
+    # why `split` exists: reasoning-gym seeds item i with seed + i, so seeds s and s + 1 are one stream shifted by one
+    # (the benchmark's first splits shared 14 of 24 test problems with the training set this way)
+    shifted = task_levels.rows("decimal_chain_sum", 5, 1001, 0)
+    assert [r["problem"] for r in task_levels.rows("decimal_chain_sum", 6, 1000, 0)[1:]] == [r["problem"] for r in shifted]
+
+
+@pytest.mark.parametrize("family, level", [("decimal_chain_sum", 0), ("basic_arithmetic", 0), ("chain_sum", None)])
+def test_splits_are_disjoint_by_problem_text_and_avoid_what_the_probes_showed(family, level):
+    probes = {r["problem"] for r in task_levels.rows(family, 8, 13_000_000, level)}  # the splits' own first items
+    drawn = task_levels.split(family, {"train": 16, "val": 6, "test": 24}, 13_000_000, level, avoid=frozenset(probes))
+    assert {name: len(rows) for name, rows in drawn.items()} == {"train": 16, "val": 6, "test": 24}
+    texts = [r["problem"] for rows in drawn.values() for r in rows]
+    assert len(set(texts)) == 46 and not probes & set(texts)
+    assert len({r["id"] for rows in drawn.values() for r in rows}) == 46
+    assert drawn == task_levels.split(family, {"train": 16, "val": 6, "test": 24}, 13_000_000, level,
+                                      avoid=frozenset(probes))  # the same seed, the same splits
+
+
+def test_a_family_with_too_few_distinct_problems_is_a_named_error(monkeypatch):
+    from gym_tf.errors import ConfigError
+
+    repeating = lambda family, size, seed, level=None: [{"id": str(i), "problem": f"q{i % 5}"} for i in range(size)]  # noqa: E731
+    monkeypatch.setattr(task_levels, "rows", repeating)
+    with pytest.raises(ConfigError, match=r"toy at level 0: 5 distinct problems in 80 drawn, 10 needed"):
+        task_levels.split("toy", {"train": 6, "test": 4}, 0, 0)
+    assert [r["problem"] for r in task_levels.split("toy", {"train": 3, "test": 2}, 0, 0)["test"]] == ["q3", "q4"]
