@@ -15,7 +15,7 @@ from typing import Any, Callable
 from gym_tf.backends import Backend, Sampling
 from gym_tf.datasets import Problem
 from gym_tf.evaluate import EvalReport, evaluate
-from gym_tf.library import LibraryVersion
+from gym_tf.library import LibraryVersion, problems_held_in
 from gym_tf.metrics import Estimate, paired_difference
 from gym_tf.rollouts import Rollout
 
@@ -28,6 +28,7 @@ class Arm:
     vs_baseline: Estimate | None = None  # Mean@k difference, per problem, against the baseline's Mean@k
     majority_vs_baseline: Estimate | None = None  # Majority@k against the baseline's Majority@k
     mean_vs_baseline_majority: Estimate | None = None  # this library's Mean@k against the baseline's Majority@k
+    held_in_library: list[str] = field(default_factory=list)  # problems the library holds verbatim: not held out
 
     def to_dict(self) -> dict[str, Any]:
         def est(e: Estimate | None) -> dict | None:
@@ -38,7 +39,8 @@ class Arm:
                 "tokens": {"prompt": self.report.prompt_tokens, "completion": self.report.completion_tokens,
                            "prompt_per_call": self.report.prompt_tokens_per_call(), "learning": self.learning_tokens},
                 "mean_vs_baseline": est(self.vs_baseline), "majority_vs_baseline": est(self.majority_vs_baseline),
-                "mean_vs_baseline_majority": est(self.mean_vs_baseline_majority)}
+                "mean_vs_baseline_majority": est(self.mean_vs_baseline_majority),
+                "problems_held_in_library": self.held_in_library}
 
 
 @dataclass
@@ -85,7 +87,7 @@ async def compare(backend: Backend, problems: list[Problem], reward: Callable[..
     for name, library, learning_tokens in libraries:
         report = await evaluate(backend, problems, reward, samples, sampling, library, seed=seed,
                                 on_group=(lambda p, g, n=name: on_group(n, p, g)) if on_group else None)
-        arms.append(Arm(name, report, learning_tokens))
+        arms.append(Arm(name, report, learning_tokens, held_in_library=problems_held_in(library, problems)))
     base = arms[0].report
     for arm in arms[1:]:
         arm.vs_baseline = paired_difference(arm.report.per_problem_mean(), base.per_problem_mean(), seed=seed)

@@ -49,6 +49,10 @@ def comparison_table(comparison) -> Table:
     row("extra prompt tok/call", lambda a: f"{comparison.extra_prompt_tokens(a):+.0f}")
     row("tokens spent learning", lambda a: str(a.learning_tokens or "-"))
     table.caption = "an interval wholly above 0 is a gain beyond noise"
+    for arm in comparison.arms:
+        if arm.held_in_library:
+            table.caption += (f"\nnot held out: {arm.name} holds {len(arm.held_in_library)} of these "
+                              f"{comparison.problems} problems verbatim (worked examples of them)")
     return table
 
 

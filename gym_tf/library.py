@@ -11,7 +11,7 @@ import math
 import re
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Annotated, Any, Literal, Union
+from typing import Annotated, Any, Iterable, Literal, Union
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, TypeAdapter, field_validator, model_serializer
 
@@ -296,6 +296,13 @@ def _number_of(item_id: str) -> int:
 def _is_duplicate(text: str, items: dict[str, Experience], skip: tuple[str, ...]) -> bool:
     key = " ".join(text.lower().split())
     return any(" ".join(item.text.lower().split()) == key for item_id, item in items.items() if item_id not in skip)
+
+
+def problems_held_in(library: LibraryVersion, problems: Iterable[Any]) -> list[str]:
+    """Ids of the problems whose text the library holds verbatim (a worked example of that very problem): measured
+    on them, a library can copy its answer, so they are not held-out problems for it."""
+    texts = [item.text + "\n" for item in library.items]
+    return [p.id for p in problems if p.problem.strip() and any(p.problem.strip() + "\n" in t for t in texts)]
 
 
 # --- rendering: one renderer for rollouts, eval, the learner and the server ---------------------------------------

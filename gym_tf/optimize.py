@@ -27,7 +27,7 @@ from gym_tf.evaluate import evaluate
 from gym_tf.learner import (JudgeCalls, LearnerCalls, OpRules, StageReply, consolidate_prompt, group_prompt,
                              summarize_prompt)
 from gym_tf.library import (MAX_EXAMPLE_CHARS, DeleteOp, ExampleOp, LibraryVersion, OpVerdict, Provenance, apply_ops,
-                             with_policy)
+                             problems_held_in, with_policy)
 from gym_tf.metrics import paired_difference
 from gym_tf.rollouts import Rollout, build_messages, rollout_many
 from gym_tf.store import RunStore, config_hash, rollout_key
@@ -152,6 +152,11 @@ class Optimizer:
             with contextlib.suppress(StoreError):
                 self.store.finish_run(self.run_id, "failed", self._summary(library))
             raise
+        held = problems_held_in(library, self.val_problems)
+        if held:
+            self.progress.notes.append(f"not held out: the library holds {len(held)} of the {len(self.val_problems)} "
+                                       "validation problems verbatim (worked examples of training problems that are "
+                                       "also validation problems): the gate's scores on them can be copied answers")
         self.store.finish_run(self.run_id, status, self._summary(library))
         return RunResult(self.run_id, status, library, self.progress)
 

@@ -63,3 +63,37 @@ async def test_rollouts_record_the_items_they_were_shown_and_examples_reach_the_
         system = rollout.messages[0]["content"]
         assert all(f"[{item_id}] " in system for item_id in rollout.shown)
     assert result.library.policy == config.render_policy()
+
+
+async def test_problems_the_library_holds_verbatim_are_named_not_held_out(tmp_path):
+    from rich.console import Console
+
+    from gym_tf.display import comparison_table
+
+    problems = load_dataset("quickstart", limit=6)
+    copied = problems[2]
+    texts = [f"Problem: {copied.problem}\nSolution: \\boxed{{{copied.answer}}}",
+             f"Problem: {problems[3].problem} Then double it.\nSolution: \\boxed{{1}}"]  # a longer problem: not it
+    library, _ = apply_ops(EMPTY_LIBRARY, [ExampleOp(op="example", text=t) for t in texts], step=1)
+    backend = ScriptedBackend({p.problem: p.answer for p in problems}, skill=0.5)
+    result = await compare(backend, problems, math_reward, 2, Sampling(), [("none", EMPTY_LIBRARY, 0),
+                                                                         ("learned", library, 0)], seed=1)
+    assert [a.held_in_library for a in result.arms] == [[], [copied.id]]
+    assert result.to_dict()["arms"][1]["problems_held_in_library"] == [copied.id]
+    console = Console(record=True, width=100)
+    console.print(comparison_table(result))
+    assert "not held out: learned holds 1 of these 6 problems verbatim" in console.export_text()
+
+
+async def test_a_gate_on_training_problems_is_named_at_the_end_of_the_run(store, tmp_path):
+    problems = load_dataset("quickstart", limit=8)
+    same = tmp_path / "val.jsonl"
+    same.write_text("".join(json.dumps({"problem": p.problem, "answer": p.answer}) + "\n" for p in problems))
+    backend = ScriptedBackend({p.problem: p.answer for p in problems}, skill=0.6)
+    config = OptimizeConfig(dataset="quickstart", limit=8, val_dataset=str(same), val_samples=2, batch_size=4,
+                            group_size=4, epochs=1, seed=2)
+    result = await Optimizer(config, store, backend).run()
+    examples = [i for i in result.library.items if i.kind == "example"]
+    assert examples  # each one is of a training problem, which is also a validation problem
+    note = next(n for n in result.progress.notes if n.startswith("not held out"))
+    assert f"holds {len(examples)} of the 8 validation problems verbatim" in note
