@@ -34,17 +34,25 @@ _ABOUT_THE_LIBRARY = re.compile(
     r"|\s+(?:a|an|one|another|new)\s+(?:\w+\s+){0,2}(?:strategy|strategies|rule|tip|insight|item|entry)\b)",
     re.IGNORECASE)
 
+# "Add 10 to the result of the previous attempt (attempt 2)." (the 0.5B learner on decimal_chain_sum, kept through the
+# prune step by noise): the learner's prompt numbers its attempts, a solver facing a new problem has none.
+_ABOUT_THE_ATTEMPTS = re.compile(r"\battempts?\s*#?\s*\d|\b(?:previous|earlier|last|other|that)\s+attempts?\b",
+                                 re.IGNORECASE)
+
 
 def _says_something(text: str) -> str:
     """A lesson is advice in words: "8 + 32 = 40" is one problem's arithmetic, not a lesson (a 0.5B learner wrote
     exactly that into a learned library). Letters are counted, not words, so scripts without spaces pass. Nor is
-    an instruction about the library itself ("Add a lesson on ...") a lesson."""
+    an instruction about the library itself ("Add a lesson on ..."), nor a note about the compared attempts."""
     if sum(c.isalpha() for c in text) < MIN_LESSON_LETTERS:
         raise ValueError(f"a lesson needs at least {MIN_LESSON_LETTERS} letters of advice: state a general rule, "
                          "not one problem's result")
     if _ABOUT_THE_LIBRARY.match(text):
         raise ValueError("a lesson is advice to the solver, not an instruction about the library: write the advice "
                          "itself")
+    if _ABOUT_THE_ATTEMPTS.search(text):
+        raise ValueError("a lesson is read with a new problem, where there are no attempts to refer to: state the "
+                         "advice itself")
     return text
 
 

@@ -94,6 +94,23 @@ def test_a_lesson_is_not_an_instruction_about_the_library(text, refused):
         assert OpAdapter.validate_python({"op": "add", "text": text}).text == text
 
 
+
+@pytest.mark.parametrize("text, refused", [
+    ("Add 10 to the result of the previous attempt (attempt 2).", True),  # the 0.5B learner, decimal_chain_sum
+    ("10 to the result of the previous attempt (attempt 2)", True),  # its second try, also kept by noise
+    ("Attempt 3 forgot the carry: carry the tens.", True),
+    ("As in attempt #1, write each partial sum.", True),
+    ("Unlike the other attempts, it checked the sign.", True),
+    ("If the first attempt at a factorization fails, try grouping terms.", False),
+    ("Make one attempt at estimating before computing exactly.", False),
+])
+def test_a_lesson_is_not_a_note_about_the_compared_attempts(text, refused):
+    if refused:
+        with pytest.raises(ValidationError, match="no attempts to refer to"):
+            OpAdapter.validate_python({"op": "add", "text": text})
+    else:
+        assert OpAdapter.validate_python({"op": "add", "text": text}).text == text
+
 def test_a_full_budget_still_lets_a_new_lesson_in():
     """Once the cap is reached, the newest lessons go in and the oldest make room: a new item always changes the
     rendered text, so the gate compares two different prompts (it used to see the same text and pass untested)."""
