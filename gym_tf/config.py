@@ -67,7 +67,7 @@ class OptimizeConfig(BaseModel):
                                   "as worked examples")
     max_example_chars: int = Field(900, ge=100, le=1600, description="longest solution kept as a worked example, "
                                    "in characters (its problem's statement not counted; the whole item is at most 1600)")
-    val_dataset: str | None = Field(None, description="held-out problems; a step is kept only if not worse on them")
+    val_dataset: str | None = Field(None, description="held-out problems; a step is kept only if it scores at least as well on them")
     val_samples: int = Field(4, ge=1, description="samples per validation problem")
     prune: bool = Field(False, description="after the last step, leave each item out in turn on validation (its "
                         "credit) and drop the lessons that showed no help (needs val_dataset; "

@@ -227,7 +227,7 @@ class Optimizer:
         self.progress.ops_applied += sum(v.accepted for v in verdicts)
         self.progress.ops_rejected += sum(not v.accepted for _, v in all_verdicts)
 
-        # --- validate: keep the candidate only if it is not worse than the best beyond noise
+        # --- validate: keep the candidate only if it scores at least as well as the best so far
         status, evaluation, best_scores = await self._gate(candidate, library, step, best_scores)
 
         # --- record: version, op verdicts, step row and token counts in one transaction
@@ -296,17 +296,19 @@ class Optimizer:
     async def _gate(self, candidate: LibraryVersion, library: LibraryVersion, step: int,
                     best_scores: list[float] | None,
                     reuse_from: tuple[int, ...] = ()) -> tuple[str, dict | None, list[float] | None]:
-        """Promote the candidate unless it is worse than the best so far beyond noise (a paired 95% interval
-        below zero); it becomes the new best only if it scored higher."""
+        """Promote the candidate only if it scores at least as well as the best version so far, on the same
+        validation problems and seeds; it then becomes the best. The paired 95% interval is recorded beside the
+        verdict. (The gate used to promote anything not worse beyond noise: on basic_arithmetic seed 13 it let a
+        library through at 0.72 against no library's 0.89 on validation, and the library hurt on test.)"""
         if candidate.id == library.id or best_scores is None:
             return "promoted", None, best_scores
         self._check_budget()
         scores = await self._validate(candidate, step, reuse_from=reuse_from)
         diff = paired_difference(scores, best_scores, seed=self.config.seed)
         evaluation = {"val_mean": sum(scores) / len(scores), "diff": diff.value, "low": diff.low, "high": diff.high}
-        if diff.high < 0:
+        if diff.value < -1e-9:
             return "rejected", evaluation, best_scores
-        return "promoted", evaluation, scores if diff.value > 0 else best_scores
+        return "promoted", evaluation, scores
 
     def _summary(self, library: LibraryVersion) -> dict[str, Any]:
         return {"steps": self.progress.step, "library_items": len(library.items), "val_baseline": self.val_baseline,
