@@ -15,7 +15,7 @@ import pytest
 from crash_run import CONFIG, GATED, scripted
 from fakes import ScriptedBackend, default_learner
 from gym_tf.config import OptimizeConfig
-from gym_tf.datasets import Problem
+from gym_tf.datasets import Problem, load_dataset
 from gym_tf.learner import numbers_of, repeats_problem
 from gym_tf.library_io import diff_versions
 from gym_tf.optimize import Optimizer, resume_config
@@ -252,6 +252,38 @@ async def test_validation_gate_rejects_a_worse_library(store, quickstart):
     assert result.library.items == ()
     assert "validate" in store.usage(result.run_id)
 
+
+
+@pytest.mark.parametrize("costs_one_problem", [True, False])
+async def test_the_gate_keeps_a_candidate_only_if_it_scores_at_least_as_well_as_the_best(store, tmp_path,
+                                                                                         costs_one_problem):
+    """A library that costs one validation problem of 12 is worse by 1/12, inside the noise: the gate used to keep
+    it (its interval reaches 0); now it is rejected. A library that changes nothing on validation is kept (a tie)."""
+    problems = load_dataset("quickstart")
+    val = problems[20:32]
+    path = tmp_path / "val.jsonl"
+    path.write_text("".join(json.dumps({"problem": p.problem, "answer": p.answer}) + "\n" for p in val))
+
+    class CostsOne(ScriptedBackend):
+        def skill_for(self, messages):
+            problem = messages[-1]["content"]
+            shown = "Experiences learned" in str(messages[0]["content"])
+            if problem == val[0].problem and shown and costs_one_problem:
+                return 0.0
+            return 1.0 if problem in {p.problem for p in val} else 0.5
+
+    config = SMALL.model_copy(update={"epochs": 1, "val_dataset": str(path), "val_samples": 2})
+    _, result = await run(store, CostsOne({p.problem: p.answer for p in problems}), config)
+    gated = [store.version_row(v["id"]) for v in store.versions(result.run_id) if v["status"] != "start"]
+    assert gated, "a candidate reached the gate"
+    for row in gated:
+        evaluation = json.loads(row["evaluation"])
+        if costs_one_problem:
+            assert evaluation["diff"] == pytest.approx(-1 / 12) and evaluation["high"] >= 0  # inside the noise
+            assert row["status"] == "rejected"
+        else:
+            assert evaluation["diff"] == 0 and row["status"] == "promoted"
+    assert bool(result.library.items) is not costs_one_problem
 
 def _outcome(store, run_id):
     run = store.run(run_id)
