@@ -72,44 +72,37 @@ def test_a_lesson_is_advice_in_words_not_one_problems_result():
         assert OpAdapter.validate_python({"op": "add", "text": advice}).text == advice
 
 
-@pytest.mark.parametrize("text, refused", [
-    ("Add a lesson on solving muffins and counting what was sold.", True),  # the 0.5B learner, main command
-    ("Create a new experience about checking units before answering.", True),
-    ("Please update the library with a rule about fractions.", True),
-    ("Add a general strategy for solving problems involving multiplication and addition.", True),  # basic_arithmetic
-    ("Create a new rule for carrying digits.", True),
-    ("Add a running total after each step.", False),
-    ("Write a short check of each step before the answer.", False),
-    ("Add the numbers first as a general rule.", False),
-    ("Add the two smallest numbers first, then the rest.", False),
-    ("Keep every intermediate result written down.", False),
-    ("Remove common factors before multiplying fractions.", False),
-    ("Apply the lesson of the units: convert before adding.", False),
+LIBRARY, ATTEMPTS = "not an instruction about the library", "no attempts to refer to"
+
+
+@pytest.mark.parametrize("text, refusal", [
+    ("Add a lesson on solving muffins and counting what was sold.", LIBRARY),  # the 0.5B learner, main command
+    ("Create a new experience about checking units before answering.", LIBRARY),
+    ("Please update the library with a rule about fractions.", LIBRARY),
+    ("Add a general strategy for solving problems involving multiplication and addition.", LIBRARY),  # basic_arithmetic
+    ("Create a new rule for carrying digits.", LIBRARY),
+    ("Add 10 to the result of the previous attempt (attempt 2).", ATTEMPTS),  # the 0.5B learner, decimal_chain_sum
+    ("10 to the result of the previous attempt (attempt 2)", ATTEMPTS),  # its second try
+    ("Attempt 3 forgot the carry: carry the tens.", ATTEMPTS),
+    ("As in attempt #1, write each partial sum.", ATTEMPTS),
+    ("Unlike the other attempts, it checked the sign.", ATTEMPTS),
+    ("Add a running total after each step.", None),
+    ("Write a short check of each step before the answer.", None),
+    ("Add the numbers first as a general rule.", None),
+    ("Add the two smallest numbers first, then the rest.", None),
+    ("Keep every intermediate result written down.", None),
+    ("Remove common factors before multiplying fractions.", None),
+    ("Apply the lesson of the units: convert before adding.", None),
+    ("If the first attempt at a factorization fails, try grouping terms.", None),
+    ("Make one attempt at estimating before computing exactly.", None),
 ])
-def test_a_lesson_is_not_an_instruction_about_the_library(text, refused):
-    if refused:
-        with pytest.raises(ValidationError, match="not an instruction about the library"):
+def test_a_lesson_is_advice_to_the_solver_not_about_the_library_or_the_compared_attempts(text, refusal):
+    if refusal:
+        with pytest.raises(ValidationError, match=refusal):
             OpAdapter.validate_python({"op": "add", "text": text})
     else:
         assert OpAdapter.validate_python({"op": "add", "text": text}).text == text
 
-
-
-@pytest.mark.parametrize("text, refused", [
-    ("Add 10 to the result of the previous attempt (attempt 2).", True),  # the 0.5B learner, decimal_chain_sum
-    ("10 to the result of the previous attempt (attempt 2)", True),  # its second try, also kept by noise
-    ("Attempt 3 forgot the carry: carry the tens.", True),
-    ("As in attempt #1, write each partial sum.", True),
-    ("Unlike the other attempts, it checked the sign.", True),
-    ("If the first attempt at a factorization fails, try grouping terms.", False),
-    ("Make one attempt at estimating before computing exactly.", False),
-])
-def test_a_lesson_is_not_a_note_about_the_compared_attempts(text, refused):
-    if refused:
-        with pytest.raises(ValidationError, match="no attempts to refer to"):
-            OpAdapter.validate_python({"op": "add", "text": text})
-    else:
-        assert OpAdapter.validate_python({"op": "add", "text": text}).text == text
 
 def test_a_full_budget_still_lets_a_new_lesson_in():
     """Once the cap is reached, the newest lessons go in and the oldest make room: a new item always changes the
