@@ -2,7 +2,8 @@
 
     pick the family's difficulty (`--level auto`: probe reasoning-gym's levels from the easiest up, take the one the
     model solves nearest half the time; see gym_tf/task_levels.py)
-    -> generate train / validation / test splits (reasoning-gym, three seeds; or the bundled quickstart set)
+    -> generate train / validation / test splits (reasoning-gym, one generator stream, disjoint by problem text;
+       or the bundled quickstart set)
     -> `optimize` on train, validation-gated, ending with its prune step (each item left out on validation)
     -> compare no library and the learned one on test, same seeds: paired Mean@k difference with a 95% interval,
        Majority@k at equal samples, tokens spent; and, when the prune step dropped items, the library before it
@@ -45,7 +46,9 @@ DEFAULT_FAMILIES = "leg_counting,gcd,basic_arithmetic,time_intervals"
 SPLIT_SEED, PROBE_OFFSET = 1_000_000, 500_000
 
 
-def splits(family: str, args: argparse.Namespace, folder: Path, level: int | None) -> tuple[Path, Path, Path, str]:
+def splits(family: str, args: argparse.Namespace, folder: Path, level: int | None,
+           calibration: task_levels.Calibration | None = None) -> tuple[Path, Path, Path, str]:
+    """Train, validation and test files, disjoint by problem text and from the problems `calibration` probed."""
     if family == "quickstart":  # the bundled 40: disjoint slices of one hand-written set
         rows = [{"id": p.id, "problem": p.problem, "answer": p.answer} for p in load_dataset("quickstart")]
         cut = [0, 16, 24, len(rows)]
@@ -55,7 +58,8 @@ def splits(family: str, args: argparse.Namespace, folder: Path, level: int | Non
             path.write_text("".join(json.dumps(r) + "\n" for r in rows[a:b]), encoding="utf-8")
             paths.append(path)
         return *paths, "math"
-    probed = frozenset(p.problem for path in folder.glob("probe-level*.jsonl") for p in load_dataset(str(path)))
+    probed = frozenset(p.problem for level in (calibration.rates if calibration else ())
+                       for p in load_dataset(str(folder / f"probe-level{level}.jsonl")))
     drawn = task_levels.split(family, {"train": args.train, "val": args.val, "test": args.test},
                               SPLIT_SEED * args.seed, level, avoid=probed)
     paths = []
@@ -99,7 +103,7 @@ async def one_family(family: str, args: argparse.Namespace, out: Path) -> dict:
     started = time.perf_counter()
     try:
         level, calibration = await pick_level(family, args, backend, folder, rollout.sampling())
-        train, val, test, reward = splits(family, args, folder, level)
+        train, val, test, reward = splits(family, args, folder, level, calibration)
         config = OptimizeConfig(
             dataset=str(train), val_dataset=str(val), val_samples=args.val_samples, reward=reward, epochs=args.epochs,
             batch_size=args.batch_size, group_size=args.group_size, seed=args.seed, summarize=args.summarize,

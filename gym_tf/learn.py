@@ -73,7 +73,7 @@ def promote_if_passed(store: RunStore, run_id: str) -> Promotion:
     baseline = run["summary"].get("val_baseline")
     if row["status"] != "promoted" or not evaluation or baseline is None:
         return Promotion(None, f"version {final} has no passing evaluation: the served library stays")
-    if evaluation["val_mean"] < baseline:
+    if evaluation["val_mean"] < baseline - 1e-9:  # the gate's own tolerance: a tie is not below
         return Promotion(None, f"version {final} scores {evaluation['val_mean']:.3f} on the held-out problems, below "
                                f"the start library's {baseline:.3f}: the served library stays")
     before = store.served_version_id(tenant)

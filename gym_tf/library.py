@@ -36,8 +36,9 @@ _ABOUT_THE_LIBRARY = re.compile(
 
 # "Add 10 to the result of the previous attempt (attempt 2)." (the 0.5B learner on decimal_chain_sum, kept through the
 # prune step by noise): the learner's prompt numbers its attempts, a solver facing a new problem has none.
-_ABOUT_THE_ATTEMPTS = re.compile(r"\battempts?\s*#?\s*\d|\b(?:previous|earlier|last|other|that)\s+attempts?\b",
-                                 re.IGNORECASE)
+_ABOUT_THE_ATTEMPTS = re.compile(
+    r"\battempts?\s*#?\s*\d|\b(?:the|that|those)\s+(?:previous|earlier|other|second|third|successful|failed|correct|wrong|"
+    r"right)\s+attempts?\b|\bthat\s+attempt\b", re.IGNORECASE)
 
 
 def _says_something(text: str) -> str:
@@ -56,6 +57,10 @@ def _says_something(text: str) -> str:
     return text
 
 
+# What a stored lesson must be (a version from a file or a peer is checked against it): as long as ops allow. The
+# content rules above apply to new ops only: they grow with what learners are seen to write, and a library made
+# before a rule must still import, publish and follow.
+StoredLessonText = Annotated[str, Field(min_length=8, max_length=MAX_EXPERIENCE_CHARS)]
 ExperienceText = Annotated[str, Field(min_length=8, max_length=MAX_EXPERIENCE_CHARS), AfterValidator(_says_something)]
 ExampleText = Annotated[str, Field(min_length=8, max_length=MAX_EXAMPLE_CHARS)]
 
@@ -307,10 +312,11 @@ def _is_duplicate(text: str, items: dict[str, Experience], skip: tuple[str, ...]
 
 
 def problems_held_in(library: LibraryVersion, problems: Iterable[Any]) -> list[str]:
-    """Ids of the problems whose text the library holds verbatim (a worked example of that very problem): measured
-    on them, a library can copy its answer, so they are not held-out problems for it."""
-    texts = [item.text + "\n" for item in library.items]
-    return [p.id for p in problems if p.problem.strip() and any(p.problem.strip() + "\n" in t for t in texts)]
+    """Ids of the problems the library holds a worked example of (`Problem: <that very text>\nSolution: ...`):
+    measured on them, a library can copy its answer, so they are not held-out problems for it."""
+    held = {item.text.removeprefix("Problem: ").split("\nSolution:", 1)[0].strip()
+            for item in library.items if item.kind == "example" and item.text.startswith("Problem: ")}
+    return [p.id for p in problems if p.problem.strip() in held]
 
 
 # --- rendering: one renderer for rollouts, eval, the learner and the server ---------------------------------------

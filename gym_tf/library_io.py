@@ -11,11 +11,11 @@ from typing import Any
 from pydantic import TypeAdapter, ValidationError
 
 from gym_tf.errors import LibraryError, UnknownVersion
-from gym_tf.library import ExampleText, ExperienceText, LibraryVersion, short
+from gym_tf.library import ExampleText, LibraryVersion, StoredLessonText, short
 from gym_tf.store import RunStore
 
 FORMAT = "gym-tf-library/1"
-_TEXT_RULES = {"lesson": TypeAdapter(ExperienceText), "example": TypeAdapter(ExampleText)}
+_TEXT_RULES = {"lesson": TypeAdapter(StoredLessonText), "example": TypeAdapter(ExampleText)}
 
 
 def check_library(version: LibraryVersion) -> None:

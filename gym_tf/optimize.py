@@ -154,10 +154,10 @@ class Optimizer:
             raise
         held = problems_held_in(library, self.val_problems)
         if held:
-            self.progress.notes.append(f"not held out: the library holds {len(held)} of the {len(self.val_problems)} "
-                                       "validation problems verbatim (worked examples of training problems that are "
-                                       "also validation problems): the gate's scores on them can be copied answers")
-        self.store.finish_run(self.run_id, status, self._summary(library))
+            self.progress.notes.append(f"not held out: the library holds worked examples of {len(held)} of the "
+                                       f"{len(self.val_problems)} validation problems: the gate's scores on them can "
+                                       "be copied answers")
+        self.store.finish_run(self.run_id, status, {**self._summary(library), "val_held_in_library": held})
         return RunResult(self.run_id, status, library, self.progress)
 
     async def run_step(self, epoch: int, batch_index: int, step: int, batch: list[Problem], library: LibraryVersion,

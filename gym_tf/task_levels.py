@@ -75,6 +75,8 @@ def split(family: str, sizes: dict[str, int], seed: int, level: int | None = Non
     """Disjoint splits (e.g. train, val, test, in that order) from one generator stream: each problem text appears
     once in all of them, and never one of `avoid`. Up to `draws` times the problems needed are generated; a family
     or level with fewer distinct problems is a ConfigError naming how many it has."""
+    if not sizes or min(sizes.values()) < 1:
+        raise ConfigError(f"splits {sizes}: every split needs at least one problem")
     need = sum(sizes.values())
     seen, distinct = set(avoid), []
     for row in rows(family, need * draws, seed, level):

@@ -320,10 +320,14 @@ def traffic_dataset(log: TrafficLog, tenant: str, out_dir: Path, since: float = 
 
     `val_fraction` of the feedback-labelled rows (those with a reference answer) is held out for the gate, chosen
     by a hash of the response id: a row is held out when its hash falls below the fraction, so the same rows are held
-    out on every call and a row once trained on is never held out later, as traffic grows. When no row falls below
-    (likely with few labelled rows), the one with the lowest hash is held out: a positive fraction always gates.
+    out on every call, and as traffic grows within a window, a row once trained on is not held out later. When no row
+    falls below (likely with few labelled rows), the one with the lowest hash is held out, so a positive fraction
+    always gates; it moves to training once a row falls below. (A window that moves, `--since 7d` or retention, can
+    drop rows and so hold out one an earlier run trained on.)
     A response id recorded twice keeps its newest row.
     """
+    if not 0 <= val_fraction < 1:
+        raise ConfigError(f"--val-fraction {val_fraction}: a fraction from 0 (no hold-out) up to, not including, 1")
     until = time.time() if until is None else until
     rows: dict[str, dict[str, Any]] = {}
     for exchange in log.exchanges(tenant, since, until):
@@ -335,7 +339,7 @@ def traffic_dataset(log: TrafficLog, tenant: str, out_dir: Path, since: float = 
         raise ConfigError(f"tenant {tenant!r} has no recorded text requests to learn from in that time range "
                           "(is `gym-tf serve --record` on?)")
     with_answer = sorted((r for r in rows.values() if r["answer"] is not None), key=_hold_out_rank)
-    held = ([r for r in with_answer if _hold_out_rank(r) < val_fraction] or with_answer[:1]) if val_fraction else []
+    held = ([r for r in with_answer if _hold_out_rank(r) < val_fraction] or with_answer[:1]) if val_fraction > 0 else []
     held_ids = {r["id"] for r in held}
     train = [r for r in rows.values() if r["id"] not in held_ids]
     if not train:

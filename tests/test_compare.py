@@ -73,7 +73,8 @@ async def test_problems_the_library_holds_verbatim_are_named_not_held_out(tmp_pa
     problems = load_dataset("quickstart", limit=6)
     copied = problems[2]
     texts = [f"Problem: {copied.problem}\nSolution: \\boxed{{{copied.answer}}}",
-             f"Problem: {problems[3].problem} Then double it.\nSolution: \\boxed{{1}}"]  # a longer problem: not it
+             f"Problem: {problems[3].problem} Then double it.\nSolution: \\boxed{{1}}",  # a longer problem: not it
+             f"Problem: First, {problems[4].problem}\nSolution: \\boxed{{1}}"]  # ends with problem 4: not it
     library, _ = apply_ops(EMPTY_LIBRARY, [ExampleOp(op="example", text=t) for t in texts], step=1)
     backend = ScriptedBackend({p.problem: p.answer for p in problems}, skill=0.5)
     result = await compare(backend, problems, math_reward, 2, Sampling(), [("none", EMPTY_LIBRARY, 0),
@@ -96,4 +97,5 @@ async def test_a_gate_on_training_problems_is_named_at_the_end_of_the_run(store,
     examples = [i for i in result.library.items if i.kind == "example"]
     assert examples  # each one is of a training problem, which is also a validation problem
     note = next(n for n in result.progress.notes if n.startswith("not held out"))
-    assert f"holds {len(examples)} of the 8 validation problems verbatim" in note
+    assert f"holds worked examples of {len(examples)} of the 8 validation problems" in note
+    assert len(store.run(result.run_id)["summary"]["val_held_in_library"]) == len(examples)

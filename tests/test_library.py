@@ -94,6 +94,7 @@ LIBRARY, ATTEMPTS = "not an instruction about the library", "no attempts to refe
     ("Remove common factors before multiplying fractions.", None),
     ("Apply the lesson of the units: convert before adding.", None),
     ("If the first attempt at a factorization fails, try grouping terms.", None),
+    ("If your previous attempt at factoring failed, try grouping terms.", None),
     ("Make one attempt at estimating before computing exactly.", None),
 ])
 def test_a_lesson_is_advice_to_the_solver_not_about_the_library_or_the_compared_attempts(text, refusal):
@@ -190,3 +191,16 @@ def test_ops_schema_offers_only_the_librarys_ids(ids, reply, valid):
     else:
         with pytest.raises(jsonschema.ValidationError):
             jsonschema.validate(reply, schema)
+
+
+def test_a_library_made_before_a_content_rule_still_imports(tmp_path):
+    """The lesson rules judge new ops; a stored version is checked for the shape ops give it, so a library learned
+    before a rule existed (this lesson was kept on decimal_chain_sum) still imports, publishes and is followed."""
+    from gym_tf.library import LibraryVersion
+    from gym_tf.library_io import export_library, read_library_file
+
+    lesson = "Add 10 to the result of the previous attempt (attempt 2)."
+    old = LibraryVersion.model_validate({"items": [{"id": "E1", "text": lesson, "provenance": {"step": 1, "op": "add"}}],
+                                         "next_number": 2, "step": 1})
+    export_library(old, tmp_path / "old.json")
+    assert read_library_file(tmp_path / "old.json").items == old.items

@@ -143,3 +143,5 @@ def test_a_family_with_too_few_distinct_problems_is_a_named_error(monkeypatch):
     with pytest.raises(ConfigError, match=r"toy at level 0: 5 distinct problems in 80 drawn, 10 needed"):
         task_levels.split("toy", {"train": 6, "test": 4}, 0, 0)
     assert [r["problem"] for r in task_levels.split("toy", {"train": 3, "test": 2}, 0, 0)["test"]] == ["q3", "q4"]
+    with pytest.raises(ConfigError, match="every split needs at least one problem"):
+        task_levels.split("toy", {"train": 3, "test": 0}, 0, 0)

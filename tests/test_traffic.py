@@ -8,6 +8,7 @@ import httpx
 import openai
 import pytest
 
+from gym_tf.errors import ConfigError
 from gym_tf.library import EMPTY_LIBRARY, AddOp, apply_ops
 from gym_tf.store import RunStore
 from gym_tf.traffic import Feedback, TrafficLog, problem_row, traffic_dataset
@@ -254,6 +255,9 @@ def test_a_positive_val_fraction_always_holds_out_a_labelled_row_and_never_moves
     assert held == [min(ids[:labelled], key=_rank)] and counts["held_out"] == 1  # the lowest hash, never unlabelled
     assert counts["problems"] == labelled + 1
     assert traffic_dataset(log, "acme", tmp_path / "snap", val_fraction=0.0)[1] is None
+    for bad in (-0.2, 1.0):
+        with pytest.raises(ConfigError, match=f"--val-fraction {bad}: a fraction from 0"):
+            traffic_dataset(log, "acme", tmp_path / "snap", val_fraction=bad)
     # more traffic, some of it under the fraction: the rows under it are held out, no row trained on before is
     more = [i for i in (f"later-{n}" for n in range(200)) if _rank(i) < 0.2][:2]
     _recorded(log, more, more)
@@ -280,8 +284,7 @@ from ledger.errors import TamperedError  # noqa: E402
 
 BASE = OptimizeConfig(dataset="unused", batch_size=4, group_size=4, epochs=1, seed=2, val_samples=4)
 # The gate's tests: the held-out slice is chosen by a hash of response ids the upstream made at random, so it may be
-# as small as 3 problems. With 8 samples each, a harmful library (never right) loses on every one of them, and the
-# gate's interval lies below zero whatever the slice (with 4, one problem all wrong either way put its top at 0.0).
+# as small as 1 problem; 8 samples each make a harmful library (never right) lose on every one of them.
 GATED = BASE.model_copy(update={"val_samples": 8})
 
 
