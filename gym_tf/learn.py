@@ -20,6 +20,7 @@ from typing import Any, Awaitable, Callable
 
 from gym_tf.config import OptimizeConfig, TrafficSource
 from gym_tf.errors import ConfigError
+from gym_tf.optimize import GATE_TOLERANCE
 from gym_tf.store import RunStore
 from gym_tf.tenants import check_tenant
 from gym_tf.traffic import TrafficLog, traffic_dataset
@@ -73,7 +74,7 @@ def promote_if_passed(store: RunStore, run_id: str) -> Promotion:
     baseline = run["summary"].get("val_baseline")
     if row["status"] != "promoted" or not evaluation or baseline is None:
         return Promotion(None, f"version {final} has no passing evaluation: the served library stays")
-    if evaluation["val_mean"] < baseline - 1e-9:  # the gate's own tolerance: a tie is not below
+    if evaluation["val_mean"] < baseline - GATE_TOLERANCE:
         return Promotion(None, f"version {final} scores {evaluation['val_mean']:.3f} on the held-out problems, below "
                                f"the start library's {baseline:.3f}: the served library stays")
     before = store.served_version_id(tenant)
