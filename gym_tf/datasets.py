@@ -19,12 +19,16 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Sequence
 
+from gym_tf.chat import conversation_error, conversation_text
 from gym_tf.errors import DatasetError
 
 # Column names recognised when none is given, in order of preference.
 PROBLEM_FIELDS = ("problem", "question", "prompt")
 ANSWER_FIELDS = ("answer", "solution", "final_answer")
 ID_FIELDS = ("id", "problem_id", "uid")
+# A row may carry the chat to answer, as an OpenAI request's messages (recorded traffic, a chat-format dataset): the
+# model is then asked those messages, with the library injected as `serve` injects it (`Problem.conversation`).
+CONVERSATION_FIELD = "messages"
 
 BUNDLED = {"quickstart": "quickstart.jsonl"}
 
@@ -37,6 +41,12 @@ class Problem:
     problem: str
     answer: str | None
     row: dict[str, Any] = field(default_factory=dict, compare=False)
+
+    @property
+    def conversation(self) -> list[dict[str, Any]] | None:
+        """The chat to answer when the row carries one (checked when the row was loaded), else None: the problem
+        text is then the user's message, under gym-tf's own solve instructions."""
+        return self.row.get(CONVERSATION_FIELD)
 
     @cached_property
     def content_hash(self) -> str:
@@ -228,11 +238,17 @@ def _pick(row: dict[str, Any], chosen: str | None, defaults: tuple[str, ...]) ->
 def _to_problem(path, where, row, problem_field, answer_field, id_field, require_answer, index) -> Problem:
     if not isinstance(row, dict):
         raise DatasetError(f"{path}:{where}: expected an object with named fields, got {type(row).__name__}")
+    conversation = row.get(CONVERSATION_FIELD)
+    if conversation is not None and (why := conversation_error(conversation)):
+        raise DatasetError(f"{path}:{where}: field {CONVERSATION_FIELD!r} {why}")
     p_name = _pick(row, problem_field, PROBLEM_FIELDS)
-    if p_name is None:
+    if p_name is None and conversation is not None and problem_field is None:
+        text = conversation_text(conversation)  # a chat-format row: the conversation is the problem
+    elif p_name is None:
         wanted = problem_field or " / ".join(PROBLEM_FIELDS)
         raise DatasetError(f"{path}:{where}: no problem field ({wanted}); fields are {sorted(row)}")
-    text = row[p_name]
+    else:
+        text = row[p_name]
     if not isinstance(text, str) or not text.strip():
         raise DatasetError(f"{path}:{where}: field {p_name!r} must be a non-empty string")
     a_name = _pick(row, answer_field, ANSWER_FIELDS)

@@ -15,6 +15,7 @@ from typing import Annotated, Any, Iterable, Literal, Union
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, TypeAdapter, field_validator, model_serializer
 
+from gym_tf.chat import request_text
 from gym_tf.retrieval import rank
 from ledger.cid import canonical, cid
 
@@ -389,17 +390,6 @@ def with_policy(library: LibraryVersion, policy: RenderPolicy | None) -> Library
     if policy is None or policy == library.policy:
         return library
     return LibraryVersion.model_validate({**library.model_dump(mode="json"), "policy": policy.model_dump()})
-
-
-def request_text(messages: Any) -> str:
-    """What a chat request asks: its last user message's text (the problem, in optimize's solve prompt)."""
-    for message in reversed(messages if isinstance(messages, list) else []):
-        if isinstance(message, dict) and message.get("role") == "user":
-            content = message.get("content")
-            if isinstance(content, list):
-                return " ".join(p.get("text", "") for p in content if isinstance(p, dict) and isinstance(p.get("text"), str))
-            return content if isinstance(content, str) else ""
-    return ""
 
 
 def with_library(messages: list[dict[str, Any]], library_text: str) -> list[dict[str, Any]]:

@@ -27,6 +27,8 @@ from typing import Any, Iterator, Literal
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, model_validator
 from sqlite_utils import Database
 
+from gym_tf.chat import conversation_error, conversation_text
+from gym_tf.datasets import CONVERSATION_FIELD
 from gym_tf.errors import ConfigError, UnknownChoice, UnknownResponse
 from rewards.answers import extract_answer
 
@@ -265,27 +267,23 @@ def _decoded(row: dict[str, Any]) -> dict[str, Any]:
 # --- from exchanges to problems -------------------------------------------------------------------------------------
 
 
-def last_user_text(messages: Any) -> str:
-    """The last user message's text: what the server selects library items for, and the problem to learn from."""
-    for message in reversed(messages if isinstance(messages, list) else []):
-        if isinstance(message, dict) and message.get("role") == "user":
-            content = message.get("content")
-            if isinstance(content, list):
-                return " ".join(p["text"] for p in content if isinstance(p, dict) and isinstance(p.get("text"), str))
-            return content if isinstance(content, str) else ""
-    return ""
-
-
 def problem_row(exchange: dict[str, Any]) -> dict[str, Any] | None:
     """One exchange as a dataset row, or None when it has no text problem (a token-id prompt, no user message).
+
+    A chat exchange keeps its conversation as the client sent it (`messages`, after the redaction hook), so that it
+    is re-sampled as it was served; its problem text is that conversation (`chat.conversation_text`).
 
     The reference `answer` is the newest correction, else the served answer's final answer when the mean score is
     positive (thumbs up); a negative score keeps the served answer as `served_answer` with `label: down`, for the
     feedback reward to count against; a comment alone gives `label: comment`. Of an n > 1 response, the served
     answer is the choice the newest feedback names, and only the scores given to that choice count."""
     request = exchange["request"] if isinstance(exchange["request"], dict) else {}  # a redaction hook may blank it
+    conversation = None
     if exchange["route"] == "/chat/completions":
-        text = last_user_text(request.get("messages"))
+        conversation = request.get("messages")
+        if conversation_error(conversation):
+            return None
+        text = conversation_text(conversation)
     else:
         text = request.get("prompt") if isinstance(request.get("prompt"), str) else ""
     if not text.strip():
@@ -306,7 +304,8 @@ def problem_row(exchange: dict[str, Any]) -> dict[str, Any] | None:
         label, answer = ("comment" if any(f["comment"] for f in rows) else "none"), None
     return {"id": exchange["response_id"], "problem": text, "answer": answer, "label": label, "served_answer": served,
             "score": mean, "comment": "\n".join(f["comment"] for f in rows if f["comment"]) or None,
-            "library_version": exchange["library_version"]}
+            "library_version": exchange["library_version"],
+            **({CONVERSATION_FIELD: conversation} if conversation is not None else {})}
 
 
 def _hold_out_rank(row: dict[str, Any]) -> float:

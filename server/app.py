@@ -16,9 +16,9 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from starlette.exceptions import HTTPException
 
+from gym_tf.chat import request_text
 from gym_tf.errors import UnknownVersion
-from gym_tf.library import (EMPTY_LIBRARY, LibraryVersion, render_library, request_text, short, with_library,
-                            with_policy)
+from gym_tf.library import EMPTY_LIBRARY, LibraryVersion, render_library, short, with_library, with_policy
 from gym_tf.store import RunStore
 from gym_tf.studio import StudioConfig, create_studio, favicon
 from gym_tf.tenants import may_serve

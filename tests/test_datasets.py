@@ -1,5 +1,6 @@
 import csv
 import json
+import re
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -42,6 +43,41 @@ def test_missing_answer_names_the_line_and_fields(tmp_path):
     with pytest.raises(DatasetError, match=r"line 2: no answer field .*fields are \['problem'\]"):
         load_dataset(path)
     assert len(load_dataset(path, require_answer=False)) == 2
+
+
+CHAT = [{"role": "system", "content": "You are the shop's assistant."},
+        {"role": "user", "content": "A box holds 6 eggs. How many in 7 boxes?"},
+        {"role": "assistant", "content": "42"},
+        {"role": "user", "content": [{"type": "text", "text": "And in twice as many boxes?"}]}]
+
+
+def test_a_chat_format_row_is_a_conversation_to_answer_and_its_turns_are_the_problem(tmp_path):
+    path = tmp_path / "chat.jsonl"
+    one_turn = [{"role": "user", "content": "What is 6 times 7?"}]
+    path.write_text("".join(json.dumps(row) + "\n" for row in [
+        {"messages": CHAT, "answer": "84"}, {"messages": one_turn, "answer": "42"},
+        {"problem": "My own text", "messages": one_turn, "answer": "42"}]))
+    follow_up, single, named = load_dataset(path)
+    assert follow_up.conversation == CHAT and follow_up.problem == (
+        "User: A box holds 6 eggs. How many in 7 boxes?\n\nAssistant: 42\n\nUser: And in twice as many boxes?")
+    assert single.problem == "What is 6 times 7?" and single.conversation == one_turn
+    assert named.problem == "My own text" and named.conversation == one_turn  # a problem field still names the text
+    assert load_dataset("quickstart")[0].conversation is None
+
+
+@pytest.mark.parametrize("messages, why", [
+    ("hello", "must be a non-empty list"),
+    ([], "must be a non-empty list"),
+    ([{"role": "robot", "content": "hi"}], "message 0 must be an object whose role is one of"),
+    ([{"role": "user", "content": 7}], "message 0: content must be a string"),
+    (CHAT[:3], "must end with the user's turn"),
+    ([{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}], "has no text"),
+])
+def test_a_malformed_conversation_names_its_line_and_what_is_wrong(tmp_path, messages, why):
+    path = tmp_path / "chat.jsonl"
+    path.write_text(json.dumps({"problem": "ok", "answer": "1"}) + "\n" + json.dumps({"messages": messages, "answer": "1"}) + "\n")
+    with pytest.raises(DatasetError, match=rf"chat.jsonl:line 2: field 'messages' {re.escape(why)}"):
+        load_dataset(path)
 
 
 def test_duplicate_ids_rejected(tmp_path):

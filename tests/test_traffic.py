@@ -10,12 +10,13 @@ import pytest
 
 from gym_tf.errors import ConfigError
 from gym_tf.library import EMPTY_LIBRARY, AddOp, apply_ops
+from gym_tf.rollouts import build_messages
 from gym_tf.store import RunStore
 from gym_tf.traffic import Feedback, TrafficLog, problem_row, traffic_dataset
 from server import ServerConfig, create_app
 from server.recording import KILL_FILE, Recorder, RecordSettings
 from server.upstream import Upstream
-from test_server import Running, start_fake
+from test_server import Running, received, start_fake
 
 HI = [{"role": "user", "content": "What is 6 times 7?"}]
 TENANTS = {"k-acme": "acme", "k-globex": "globex"}
@@ -123,6 +124,42 @@ def test_the_served_answer_is_the_choice_the_feedback_names():
     assert (commented["served_answer"], commented["label"]) == ("so \\boxed{42}", "up")
     unrated = problem_row({**exchange, "feedback": []})
     assert unrated["served_answer"] == "so \\boxed{41}" and unrated["label"] == "none"
+
+
+def test_a_recorded_conversation_is_re_sampled_exactly_as_it_was_served(tmp_path):
+    """A follow-up turn under the app's own system prompt: the problem keeps the turns it follows, and optimize asks
+    the model the very messages the upstream received when it was served (the app's system prompt, the library
+    injected the same way, no gym-tf instructions added)."""
+    store = RunStore(tmp_path / "ws")
+    library, _ = apply_ops(EMPTY_LIBRARY, [AddOp(op="add", text="Multiply the count by the number per box.")], step=1)
+    store.put_version(library, run_id="r", status="promoted")
+    store.promote(library.id)
+    process, url, record = start_fake(tmp_path)
+    running = Running(create_app(Upstream(url), store, ServerConfig(api_keys=["k"]), Recorder(store.root, RecordSettings())))
+    try:
+        client = openai.OpenAI(base_url=running.url, api_key="k", max_retries=0)
+        conversation = [{"role": "system", "content": "You are the egg shop's assistant. Answer in one line."},
+                        {"role": "user", "content": "A box holds 6 eggs. How many eggs are in 7 boxes?"},
+                        {"role": "assistant", "content": "42 eggs."},
+                        {"role": "user", "content": "And in twice as many boxes?"}]
+        reply = client.chat.completions.create(model="m", messages=conversation)
+        feedback(client, response_id=reply.id, score="down", correction="84")
+        rows(store.root, 1, "default")
+    finally:
+        running.stop()
+        process.kill()
+        process.wait()
+    [upstream_saw] = [body["messages"] for body in received(record)]
+    log = TrafficLog(store.root)
+    train, _, _ = traffic_dataset(log, "default", tmp_path / "snapshot")
+    log.close()
+    [problem] = load_dataset(train)
+    assert problem.conversation == conversation and problem.answer == "84"
+    assert problem.problem == ("User: A box holds 6 eggs. How many eggs are in 7 boxes?\n\nAssistant: 42 eggs.\n\n"
+                               "User: And in twice as many boxes?")
+    messages, shown = build_messages(problem, library)
+    assert messages == upstream_saw and shown == tuple(i.id for i in library.items)
+    assert upstream_saw[0]["content"].endswith("\n\n" + conversation[0]["content"]) and len(upstream_saw) == 4
 
 
 def test_a_log_recorded_before_feedback_named_a_choice_opens_and_merges(tmp_path):
