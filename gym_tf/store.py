@@ -115,11 +115,18 @@ def _writes(method: Callable[..., Any]) -> Callable[..., Any]:
 class RunStore:
     def __init__(self, workspace: str | Path | None = None, heartbeat_s: float = HEARTBEAT_S):
         self.root = workspace_path(workspace)
-        self.root.mkdir(parents=True, exist_ok=True)
         self.heartbeat_s = heartbeat_s
         # Who holds the runs this store runs: unique per store, readable in "run X is running in process ...".
         self.owner = f"{os.getpid()}@{socket.gethostname()}/{uuid.uuid4().hex[:8]}"
         self._beating: dict[str, threading.Event] = {}  # run id -> set to stop its heartbeat
+        try:
+            self._open()
+        except (sqlite3.OperationalError, OSError) as exc:  # a read-only or full filesystem, a folder it may not use
+            raise StoreError(f"cannot open the workspace {self.root} ({exc}); it must be a writable folder with "
+                             "free space") from None
+
+    def _open(self) -> None:
+        self.root.mkdir(parents=True, exist_ok=True)
         # One connection, used by one thread at a time (the CLI's, or the server's event loop thread). Another
         # process may hold the write lock for a moment: wait for it rather than fail.
         self.db = Database(sqlite3.connect(self.root / "gym-tf.db", check_same_thread=False, timeout=30))
@@ -134,6 +141,11 @@ class RunStore:
             with self._immediate():  # the write lock first: processes creating the tables together take turns
                 self._create()
                 self.db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+
+    def close(self) -> None:
+        """Release the workspace's files (both connections: the store's and the Merkle log's)."""
+        self.ledger.close()
+        self.db.conn.close()
 
     def _enable_wal(self) -> None:
         """Switching a new file to WAL needs it alone, and SQLite's busy wait does not cover that switch: processes

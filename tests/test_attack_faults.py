@@ -3,13 +3,18 @@ garbage, a workspace that fills up or turns read-only in the middle of a step. A
 then, against an uninterrupted run of the same config: 0 rollouts lost, 0 duplicated, 0 sampled again, every version
 intact (`ledger verify`, the item rules) and the same final library.
 
-Quick tier: 3 kill points, 2 disk faults of each kind. `pytest -m soak`: GYM_TF_SOAK_KILLS kill points (default 25)
-and GYM_TF_SOAK_DISK_FAULTS of each kind (default 10).
+Disk faults come two ways: SQLite's own limits (`max_page_count`, `query_only`) at any call, and the kernel's, on a
+tmpfs mounted for the test (filled to its last byte: ENOSPC; mounted read-only between runs: EROFS), skipped where
+no tmpfs can be mounted.
+
+Quick tier: 3 kill points, 2 disk faults of each kind, 2 real full disks. `pytest -m soak`: GYM_TF_SOAK_KILLS kill
+points (default 25) and GYM_TF_SOAK_DISK_FAULTS of each kind, real full disks included (default 10).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import random
 import signal
@@ -22,6 +27,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from conftest import run_cli
 from crash_run import GATED, scripted
 from garbage_upstream import MODES, GarbageUpstream
 from gym_tf.backends.openai_http import OpenAIBackend
@@ -187,6 +193,108 @@ def disk_faults(tmp: Path, clean, count: int, figures) -> None:
     figures("disk faults", f"{totals['disk full']} disk-full and {totals['read-only']} read-only faults at random "
             f"calls of a run, each a named StoreError, each resumed: {totals['lost']} rollouts lost, "
             f"{totals['duplicated']} duplicated, {totals['corrupt versions']} corrupt versions")
+
+
+class FillDiskAfter(FaultAfter):
+    """The same moment, but the kernel's fault: at call `after` the workspace's own filesystem (a tmpfs mounted for
+    the test) is filled to its last byte, and every write gets ENOSPC. `heal` frees the space again. (A filesystem
+    cannot be remounted read-only under a file open for writing, so a read-only fault mid-step stays simulated
+    above; `test_a_workspace_on_a_read_only_filesystem...` is the real one, between runs.)"""
+
+    def __init__(self, inner, store: RunStore, after: int, mount: Path):
+        super().__init__(inner, store, after, "disk full")
+        self.filler = mount / "filler"
+
+    async def generate(self, messages, n=1, **sampling):
+        self.calls += 1
+        if self.calls == self.after:
+            with open(self.filler, "wb") as filler:
+                with contextlib.suppress(OSError):
+                    while True:
+                        filler.write(b"\0" * 65536)
+                        filler.flush()
+        return await self.inner.generate(messages, n, **sampling)
+
+    def heal(self) -> None:
+        self.filler.unlink(missing_ok=True)
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A 64 MiB tmpfs of the test's own (root with mount rights, as here and in CI); skipped where none can be made."""
+    mount = tmp_path / "disk"
+    mount.mkdir()
+    made = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64m", "tmpfs", str(mount)], capture_output=True, text=True)
+    if made.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {made.stderr.strip()}")
+    yield mount
+    subprocess.run(["umount", "-l", str(mount)], check=False)
+
+
+def real_disk_full(mount: Path, clean, count: int, figures) -> None:
+    clean_store, clean_id, _ = clean
+    calls = len(scripted_calls(clean_store, clean_id))
+    rng = random.Random(29 + count)
+    totals = Counter()
+    for i in range(count):
+        workspace = mount / f"full-{i}"
+        store = RunStore(workspace)
+        backend = FillDiskAfter(scripted(gated=True), store, rng.randint(1, calls), mount)
+        optimizer = Optimizer(GATED, store, backend)
+        with pytest.raises(StoreError, match=f"cannot write to the workspace {workspace}"):
+            asyncio.run(optimizer.run())
+        backend.heal()
+        before = rollout_rows(store, optimizer.run_id)
+        assert resume(store, optimizer.run_id).status == "finished"
+        faults = intact(store, optimizer.run_id, clean_store, clean_id, before)
+        totals += faults
+        assert not +faults, (i, dict(faults))
+        store.close()
+    figures("real disk full", f"{count} full tmpfs (ENOSPC) at random calls of a run, each a named StoreError, each "
+            f"resumed: {totals['lost']} rollouts lost, {totals['duplicated']} duplicated, "
+            f"{totals['corrupt versions']} corrupt versions")
+
+
+def test_a_real_filesystem_that_fills_up_during_a_step(small_disk, clean, figures):
+    real_disk_full(small_disk, clean, 2, figures)
+
+
+@pytest.mark.soak
+def test_real_disk_full_soak(small_disk, clean, figures):
+    real_disk_full(small_disk, clean, DISK_FAULTS, figures)
+
+
+def test_a_workspace_on_a_read_only_filesystem_is_a_named_error_and_stays_as_it_was(small_disk, clean):
+    """A run stopped part-way, its filesystem then mounted read-only (EROFS): resuming it is a StoreError naming
+    the workspace, the files are unchanged, and once writable it resumes to the clean run's result."""
+    clean_store, clean_id, _ = clean
+    workspace = small_disk / "ws"
+    child = subprocess.Popen([sys.executable, str(TESTS / "crash_run.py"), str(workspace), "0.003", "gated"],
+                             stdout=subprocess.PIPE, text=True)
+    run_id = child.stdout.readline().strip()
+    store = RunStore(workspace)
+    while child.poll() is None and store.db["rollouts"].count < 8:
+        time.sleep(0.002)
+    os.kill(child.pid, signal.SIGKILL)  # (a process of its own: nothing may hold a file open for the remount)
+    child.wait()
+    child.stdout.close()
+    store.close()
+    files = {p.name: p.read_bytes() for p in workspace.rglob("*") if p.is_file()}
+    subprocess.run(["mount", "-o", "remount,ro", str(small_disk)], check=True)
+    try:
+        with pytest.raises(StoreError, match=f"workspace {workspace}"):
+            resume(RunStore(workspace), run_id)
+        listed = run_cli("runs", "--workspace", str(workspace))
+        assert listed.returncode == 1 and listed.stderr.startswith(f"error: cannot open the workspace {workspace}")
+        assert len(listed.stderr.strip().splitlines()) == 1
+        assert {p.name: p.read_bytes() for p in workspace.rglob("*") if p.is_file()} == files
+    finally:
+        subprocess.run(["mount", "-o", "remount,rw", str(small_disk)], check=True)
+    store = RunStore(workspace)
+    before = rollout_rows(store, run_id)
+    assert resume(store, run_id).status == "finished"
+    assert not +intact(store, run_id, clean_store, clean_id, before)
+    store.close()
 
 
 def scripted_calls(store: RunStore, run_id: str) -> list:
