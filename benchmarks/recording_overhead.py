@@ -5,7 +5,8 @@
 Two `gym-tf serve` processes front the same fake upstream (tests/fake_upstream.py; by default 32 chunks 20 ms apart,
 a served model's pace at 50 tokens/s), one with `--record`, one without. Each round runs both arms, in alternating
 order, with `--streams` concurrent streaming clients; per-request latencies of all rounds are pooled per arm. It
-prints p50 / p99 per arm, the added p50 (on - off; target: within 1 ms) and the ratio, then checks that every
+prints p50 / p99 per arm, the added p50 (on - off; target: within 1 ms) and the ratio, the per-round paired
+difference of p50s with a bootstrap 95% interval (many short rounds narrow it), then checks that every
 request of the recording arm was recorded (the writer thread keeps up). Feedback is posted on a few responses too.
 `--noise-floor` adds a second server without recording (an A/A arm): the off - off difference shows how much of
 the on - off difference a busy machine makes up by itself.
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import random
 import sqlite3
 import statistics
 import subprocess
@@ -63,6 +65,15 @@ def p(values: list[float], q: int) -> float:
     return statistics.quantiles(values, n=100)[q - 1] * 1000
 
 
+def paired(a: list[float], b: list[float], resamples: int = 10_000) -> str:
+    """Mean of the per-round differences a - b with a bootstrap 95% interval over rounds (rounds are the unit: the
+    machine's load drifts between them, and both arms of a round share it)."""
+    diffs = [x - y for x, y in zip(a, b)]
+    rng = random.Random(0)
+    means = sorted(statistics.fmean(rng.choices(diffs, k=len(diffs))) for _ in range(resamples))
+    return f"{statistics.fmean(diffs):+.2f} ms [{means[int(0.025 * resamples)]:+.2f}, {means[int(0.975 * resamples)]:+.2f}]"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--streams", type=int, default=64)
@@ -89,12 +100,14 @@ def main() -> None:
             urls[name] = f"http://127.0.0.1:{port}/v1"
             wait_for(f"http://127.0.0.1:{port}/health", servers[name], 60)
         latencies: dict[str, list[float]] = {name: [] for name, _ in arms}
+        per_round: dict[str, list[float]] = {name: [] for name, _ in arms}  # each round's p50, for the paired CI
         sent_on = 0
         for round_ in range(args.rounds):
             names = [name for name, _ in arms]
             for name in names if round_ % 2 == 0 else names[::-1]:
                 values, _ = asyncio.run(arm(urls[name], args.streams, args.requests_per_client))
                 latencies[name] += values
+                per_round[name].append(p(values, 50))
                 sent_on += len(values) + 1 if name == "on" else 0
         off, on = latencies["off"], latencies["on"]
         print(f"{args.streams} concurrent streams, {args.rounds} rounds x {args.requests_per_client} requests per "
@@ -103,10 +116,12 @@ def main() -> None:
         print(f"recording on:  p50 {p(on, 50):.2f} ms  p99 {p(on, 99):.2f} ms  ({len(on)} requests)")
         added, ratio = p(on, 50) - p(off, 50), p(on, 50) / p(off, 50)
         print(f"added p50 latency (on - off): {added:+.2f} ms; ratio on/off {ratio:.4f}")
+        print(f"paired by round (each round's p50, on - off, {args.rounds} rounds): mean "
+              f"{paired(per_round['on'], per_round['off'])}")
         if args.noise_floor:
             off2 = latencies["off2"]
             print(f"noise floor (second server, recording off): p50 {p(off2, 50):.2f} ms; off2 - off "
-                  f"{p(off2, 50) - p(off, 50):+.2f} ms")
+                  f"{p(off2, 50) - p(off, 50):+.2f} ms; paired by round {paired(per_round['off2'], per_round['off'])}")
         deadline = time.time() + 30
         while time.time() < deadline:
             with sqlite3.connect(work / "ws-on" / "traffic.db") as db:

@@ -208,11 +208,9 @@ class FillDiskAfter(FaultAfter):
     async def generate(self, messages, n=1, **sampling):
         self.calls += 1
         if self.calls == self.after:
-            with open(self.filler, "wb") as filler:
-                with contextlib.suppress(OSError):
-                    while True:
-                        filler.write(b"\0" * 65536)
-                        filler.flush()
+            with open(self.filler, "wb", buffering=0) as filler, contextlib.suppress(OSError):  # unbuffered:
+                while True:  # nothing is left to flush, and fail, at close
+                    filler.write(b"\0" * 65536)
         return await self.inner.generate(messages, n, **sampling)
 
     def heal(self) -> None:
