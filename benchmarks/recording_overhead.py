@@ -9,7 +9,8 @@ prints p50 / p99 per arm, the added p50 (on - off; target: within 1 ms) and the 
 difference of p50s with a bootstrap 95% interval (many short rounds narrow it), then checks that every
 request of the recording arm was recorded (the writer thread keeps up). Feedback is posted on a few responses too.
 `--noise-floor` adds a second server without recording (an A/A arm): the off - off difference shows how much of
-the on - off difference a busy machine makes up by itself.
+the on - off difference a busy machine makes up by itself. The `paused` arm is the recording server with its kill
+switch on: on - paused compares one server process with itself, the difference recording alone makes.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ import httpx
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 from conftest import free_port, wait_for  # noqa: E402
+from server.recording import KILL_FILE  # noqa: E402
 
 BODY = {"model": "m", "messages": [{"role": "user", "content": "What is 6 times 7?"}], "stream": True}
 
@@ -99,12 +101,19 @@ def main() -> None:
                 cwd=ROOT, stderr=subprocess.DEVNULL)
             urls[name] = f"http://127.0.0.1:{port}/v1"
             wait_for(f"http://127.0.0.1:{port}/health", servers[name], 60)
+        # "paused": the recording server itself with its kill switch on, so on - paused compares one process with
+        # itself (two server processes differ by more than 1 ms on their own: the off2 - off arm)
+        arms.append(("paused", []))
+        urls["paused"], kill_file = urls["on"], work / "ws-on" / KILL_FILE
         latencies: dict[str, list[float]] = {name: [] for name, _ in arms}
         per_round: dict[str, list[float]] = {name: [] for name, _ in arms}  # each round's p50, for the paired CI
         sent_on = 0
         for round_ in range(args.rounds):
             names = [name for name, _ in arms]
             for name in names if round_ % 2 == 0 else names[::-1]:
+                if name in ("on", "paused") and kill_file.exists() != (name == "paused"):
+                    kill_file.touch() if name == "paused" else kill_file.unlink()
+                    time.sleep(1.2)  # the server looks at the switch at most once a second
                 values, _ = asyncio.run(arm(urls[name], args.streams, args.requests_per_client))
                 latencies[name] += values
                 per_round[name].append(p(values, 50))
@@ -118,6 +127,8 @@ def main() -> None:
         print(f"added p50 latency (on - off): {added:+.2f} ms; ratio on/off {ratio:.4f}")
         print(f"paired by round (each round's p50, on - off, {args.rounds} rounds): mean "
               f"{paired(per_round['on'], per_round['off'])}")
+        print(f"one server, recording on - paused (kill switch), paired by round: p50 "
+              f"{p(latencies['paused'], 50):.2f} ms paused; mean {paired(per_round['on'], per_round['paused'])}")
         if args.noise_floor:
             off2 = latencies["off2"]
             print(f"noise floor (second server, recording off): p50 {p(off2, 50):.2f} ms; off2 - off "
