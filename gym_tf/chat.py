@@ -38,29 +38,36 @@ def request_text(messages: Any) -> str:
 
 
 def conversation_text(messages: list[dict[str, Any]]) -> str:
-    """A conversation as a problem's text: the user's message alone when it is the only turn, else every user and
-    assistant turn after its role, so that a follow-up ("And times 2?") keeps what it follows. System and tool
-    messages stay out: they are the app's instructions, sent with the conversation but not part of the problem."""
-    turns = [(m["role"], message_text(m.get("content"))) for m in messages if m.get("role") in ("user", "assistant")]
+    """A conversation as a problem's text: the user's message alone when it is the only turn, else every user,
+    assistant and tool turn with text, after its role, so that a follow-up ("And times 2?") keeps what it follows.
+    System messages stay out: they are the app's instructions, sent with the conversation but not the problem."""
+    turns = [(m["role"], text) for m in messages
+             if m.get("role") in ("user", "assistant", "tool") and (text := message_text(m.get("content")).strip())]
     if len(turns) == 1:
         return turns[0][1]
     return "\n\n".join(f"{role.capitalize()}: {text}" for role, text in turns)
 
 
 def conversation_error(value: Any) -> str | None:
-    """Why `value` is not a conversation to answer (a non-empty list of chat messages ending with the user's turn,
-    with some text in it), or None when it is one."""
+    """Why `value` is not a conversation to answer (a non-empty list of chat messages that ends with the user's turn
+    or a tool's result, with a user message that has text), or None when it is one."""
     if not isinstance(value, list) or not value:
         return "must be a non-empty list of chat messages"
     for n, message in enumerate(value):
         if not isinstance(message, dict) or message.get("role") not in ROLES:
             return f"message {n} must be an object whose role is one of {', '.join(ROLES)}"
         content = message.get("content")
-        if not (isinstance(content, str) or (isinstance(content, list) and all(isinstance(p, dict) for p in content))
-                or (content is None and message["role"] == "assistant")):
-            return f"message {n}: content must be a string or a list of content parts"
-    if value[-1]["role"] != "user":
-        return "must end with the user's turn (the request to answer)"
+        if not (content is None or isinstance(content, str)
+                or (isinstance(content, list) and all(isinstance(p, dict) for p in content))):
+            return f"message {n}: content must be a string, a list of content parts, or null"
+    if value[-1]["role"] not in ("user", "tool"):
+        return "must end with the user's turn or a tool's result (the request to answer)"
     if not request_text(value).strip():
-        return "has no text in its last user message"
+        return "has no user message with text"
     return None
+
+
+def without_nulls(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Copies of the messages without the fields that are null (a Parquet or `datasets` column fills every field a
+    message lacks with null; strict servers refuse `"name": null`), keeping an assistant's null content."""
+    return [{k: v for k, v in m.items() if v is not None or k == "content"} for m in messages]

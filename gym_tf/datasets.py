@@ -19,7 +19,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Sequence
 
-from gym_tf.chat import conversation_error, conversation_text
+from gym_tf.chat import conversation_error, conversation_text, without_nulls
 from gym_tf.errors import DatasetError
 
 # Column names recognised when none is given, in order of preference.
@@ -27,7 +27,8 @@ PROBLEM_FIELDS = ("problem", "question", "prompt")
 ANSWER_FIELDS = ("answer", "solution", "final_answer")
 ID_FIELDS = ("id", "problem_id", "uid")
 # A row may carry the chat to answer, as an OpenAI request's messages (recorded traffic, a chat-format dataset): the
-# model is then asked those messages, with the library injected as `serve` injects it (`Problem.conversation`).
+# model is then asked those messages, with the library injected as `serve` injects it (`Problem.conversation`); with
+# no problem column, they are the problem text too.
 CONVERSATION_FIELD = "messages"
 
 BUNDLED = {"quickstart": "quickstart.jsonl"}
@@ -44,9 +45,12 @@ class Problem:
 
     @property
     def conversation(self) -> list[dict[str, Any]] | None:
-        """The chat to answer when the row carries one (checked when the row was loaded), else None: the problem
-        text is then the user's message, under gym-tf's own solve instructions."""
-        return self.row.get(CONVERSATION_FIELD)
+        """The chat to answer: the row's `messages` when they are a conversation that ends with the user's turn (or
+        a tool's result), as fresh copies; else None, and the problem text is asked under gym-tf's own solve
+        instructions. (`messages` that end with the assistant's reply, as in fine-tuning data, are an ordinary
+        column.)"""
+        value = self.row.get(CONVERSATION_FIELD)
+        return None if value is None or conversation_error(value) else without_nulls(value)
 
     @cached_property
     def content_hash(self) -> str:
@@ -238,12 +242,12 @@ def _pick(row: dict[str, Any], chosen: str | None, defaults: tuple[str, ...]) ->
 def _to_problem(path, where, row, problem_field, answer_field, id_field, require_answer, index) -> Problem:
     if not isinstance(row, dict):
         raise DatasetError(f"{path}:{where}: expected an object with named fields, got {type(row).__name__}")
-    conversation = row.get(CONVERSATION_FIELD)
-    if conversation is not None and (why := conversation_error(conversation)):
-        raise DatasetError(f"{path}:{where}: field {CONVERSATION_FIELD!r} {why}")
     p_name = _pick(row, problem_field, PROBLEM_FIELDS)
-    if p_name is None and conversation is not None and problem_field is None:
-        text = conversation_text(conversation)  # a chat-format row: the conversation is the problem
+    conversation = row.get(CONVERSATION_FIELD)
+    if p_name is None and conversation is not None and problem_field is None:  # a chat-format row
+        if why := conversation_error(conversation):
+            raise DatasetError(f"{path}:{where}: field {CONVERSATION_FIELD!r} {why}")
+        text = conversation_text(conversation)
     elif p_name is None:
         wanted = problem_field or " / ".join(PROBLEM_FIELDS)
         raise DatasetError(f"{path}:{where}: no problem field ({wanted}); fields are {sorted(row)}")

@@ -50,8 +50,9 @@ def build_messages(problem: Problem, library: LibraryVersion = EMPTY_LIBRARY) ->
 
     A problem that carries its conversation (recorded traffic, a chat-format dataset) is asked as `serve` asks it:
     those messages, the items selected for their last user message, put first in their system message."""
-    if problem.conversation is not None:
-        base, query = problem.conversation, request_text(problem.conversation)
+    conversation = problem.conversation  # (fresh copies: nothing done to the prompt reaches the dataset's row)
+    if conversation is not None:
+        base, query = conversation, request_text(conversation)
     else:
         base = [{"role": "system", "content": template("solve_system")}, {"role": "user", "content": problem.problem}]
         query = problem.problem

@@ -90,6 +90,21 @@ def shown_status(root: Path, row: dict[str, Any], heartbeat_s: float = HEARTBEAT
     return row["status"]
 
 
+_UNWRITABLE = ("full", "readonly", "read-only", "disk I/O", "unable to open")  # sqlite3's words for the disk's faults
+
+
+def _named(root: Path, exc: Exception, doing: str, then: str) -> StoreError | None:
+    """sqlite3's (or the OS's) error as a StoreError naming the workspace, or None when it is not the workspace's
+    doing (a bug, to be seen whole)."""
+    reason = str(exc)
+    if "locked" in reason:
+        return StoreError(f"the workspace {root} is locked: another process has held its write lock longer than the "
+                          "wait allows; try again when it is done")
+    if isinstance(exc, sqlite3.OperationalError) and not any(word in reason for word in _UNWRITABLE):
+        return None
+    return StoreError(f"cannot {doing} the workspace {root} ({reason}): {then}")
+
+
 def _writes(method: Callable[..., Any]) -> Callable[..., Any]:
     """A store write whose workspace cannot take it (disk full, read-only, an I/O error) raises StoreError naming the
     workspace, not sqlite3's OperationalError: the CLI prints one line, and the transaction rolled back, so
@@ -100,14 +115,11 @@ def _writes(method: Callable[..., Any]) -> Callable[..., Any]:
         try:
             return method(self, *args, **kwargs)
         except sqlite3.OperationalError as exc:
-            reason = str(exc)
-            if "locked" in reason:
-                raise StoreError(f"the workspace {self.root} is locked: another process has held its write lock "
-                                 "longer than the wait allows; try again when it is done") from None
-            if not any(word in reason for word in ("full", "readonly", "read-only", "disk I/O", "unable to open")):
+            error = _named(self.root, exc, "write to", "nothing of this write was kept; free space or make it "
+                                                      "writable, then resume")
+            if error is None:
                 raise
-            raise StoreError(f"cannot write to the workspace {self.root} ({reason}): nothing of this write was "
-                             "kept; free space or make it writable, then resume") from None
+            raise error from None
 
     return guarded
 
@@ -122,8 +134,14 @@ class RunStore:
         try:
             self._open()
         except (sqlite3.OperationalError, OSError) as exc:  # a read-only or full filesystem, a folder it may not use
-            raise StoreError(f"cannot open the workspace {self.root} ({exc}); it must be a writable folder with "
-                             "free space") from None
+            with contextlib.suppress(AttributeError):  # what was opened before the failure
+                self.ledger.close()
+            with contextlib.suppress(AttributeError):
+                self.db.conn.close()
+            error = _named(self.root, exc, "open", "it must be a writable folder with free space")
+            if error is None:
+                raise
+            raise error from None
 
     def _open(self) -> None:
         self.root.mkdir(parents=True, exist_ok=True)

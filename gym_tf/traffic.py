@@ -27,7 +27,7 @@ from typing import Any, Iterator, Literal
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, model_validator
 from sqlite_utils import Database
 
-from gym_tf.chat import conversation_error, conversation_text
+from gym_tf.chat import conversation_error, conversation_text, request_text
 from gym_tf.datasets import CONVERSATION_FIELD
 from gym_tf.errors import ConfigError, UnknownChoice, UnknownResponse
 from rewards.answers import extract_answer
@@ -281,9 +281,10 @@ def problem_row(exchange: dict[str, Any]) -> dict[str, Any] | None:
     conversation = None
     if exchange["route"] == "/chat/completions":
         conversation = request.get("messages")
-        if conversation_error(conversation):
-            return None
-        text = conversation_text(conversation)
+        if conversation_error(conversation):  # not one to re-send (it ends with the assistant's turn, say): its text
+            conversation, text = None, request_text(request.get("messages"))
+        else:
+            text = conversation_text(conversation)
     else:
         text = request.get("prompt") if isinstance(request.get("prompt"), str) else ""
     if not text.strip():

@@ -18,9 +18,9 @@ from typing import Any
 
 import httpx
 
+from gym_tf.errors import GymTFError, StoreError
 from gym_tf.publishing import fetch
 from gym_tf.store import RunStore
-from gym_tf.errors import GymTFError
 from ledger.errors import LedgerError, TransportError
 
 logger = logging.getLogger(__name__)
@@ -53,8 +53,8 @@ class Follower:
             return None
         try:
             # fetch blocks (IPFS calls, SQLite writes): a thread, with a connection of its own
-            version, _ = await asyncio.to_thread(fetch, RunStore(self.store.root), manifest, self.ipfs, self.signer)
-        except TransportError as exc:  # not reachable now: ask again next time
+            version, _ = await asyncio.to_thread(self._fetch, manifest)
+        except (TransportError, StoreError) as exc:  # not reachable now, or the workspace busy or full: ask again
             self._problem(f"cannot fetch manifest {manifest}: {exc}")
             return None
         except (LedgerError, GymTFError) as exc:  # it failed a check: refused for good
@@ -65,6 +65,13 @@ class Follower:
         self.applied, self.last_problem = manifest, None
         logger.warning("following %s: now serving %s (manifest %s)", self.url, version.id, manifest)
         return version.id
+
+    def _fetch(self, manifest: str):
+        store = RunStore(self.store.root)
+        try:
+            return fetch(store, manifest, self.ipfs, self.signer)
+        finally:
+            store.close()
 
     async def run(self) -> None:
         while True:

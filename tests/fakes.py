@@ -65,7 +65,8 @@ class ScriptedBackend:
     async def generate(self, messages, n=1, **sampling) -> Generation:
         first = messages[0]
         # gym-tf's solve prompt opens with a system message; a recorded conversation may be one user message
-        solve = first["role"] == "system" or messages[-1]["content"] in self.answers
+        solve = first["role"] == "system" or (isinstance(messages[-1]["content"], str)
+                                               and messages[-1]["content"] in self.answers)
         stage = "solve" if solve else _stage(first["content"])
         attempt = (len(messages) - 1) // 2  # learner retries append (assistant, user) pairs
         skill = self.skill_for(messages)  # read once: concurrent calls must not see each other's

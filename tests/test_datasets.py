@@ -8,6 +8,7 @@ import pytest
 
 from gym_tf.datasets import dataset_hash, load_dataset
 from gym_tf.errors import DatasetError
+from gym_tf.rollouts import build_messages
 
 
 def test_bundled_quickstart_loads():
@@ -65,13 +66,33 @@ def test_a_chat_format_row_is_a_conversation_to_answer_and_its_turns_are_the_pro
     assert load_dataset("quickstart")[0].conversation is None
 
 
+def test_messages_that_end_with_the_reply_are_an_ordinary_column_beside_a_problem(tmp_path):
+    """Fine-tuning data carries problem, answer and the whole chat, reply included: it loads as before, asked with the
+    solve prompt; so does a CSV, whose `messages` cell is a string. A Parquet file's nulls are not sent."""
+    jsonl, table = tmp_path / "sft.jsonl", tmp_path / "sft.csv"
+    jsonl.write_text(json.dumps({"problem": "6 x 7?", "answer": "42", "messages": CHAT[:3]}) + "\n")
+    table.write_text('problem,answer,messages\n6 x 7?,42,"[{""role"": ""user""}]"\n')
+    for path in (jsonl, table):
+        [problem] = load_dataset(path)
+        assert problem.conversation is None and problem.problem == "6 x 7?"
+        assert build_messages(problem)[0][-1] == {"role": "user", "content": "6 x 7?"}
+    parquet = tmp_path / "chat.parquet"
+    pq.write_table(pa.Table.from_pylist([{"messages": [{"role": "user", "content": "2+2?", "name": None}], "answer": "4"}]),
+                   parquet)
+    [problem] = load_dataset(parquet)
+    assert problem.conversation == [{"role": "user", "content": "2+2?"}]
+    messages, _ = build_messages(problem)
+    messages[0]["content"] = "changed"  # the prompt is a copy: the dataset's row is untouched
+    assert build_messages(problem)[0] == [{"role": "user", "content": "2+2?"}]
+
+
 @pytest.mark.parametrize("messages, why", [
     ("hello", "must be a non-empty list"),
     ([], "must be a non-empty list"),
     ([{"role": "robot", "content": "hi"}], "message 0 must be an object whose role is one of"),
     ([{"role": "user", "content": 7}], "message 0: content must be a string"),
-    (CHAT[:3], "must end with the user's turn"),
-    ([{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}], "has no text"),
+    (CHAT[:3], "must end with the user's turn or a tool's result"),
+    ([{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}], "has no user message with text"),
 ])
 def test_a_malformed_conversation_names_its_line_and_what_is_wrong(tmp_path, messages, why):
     path = tmp_path / "chat.jsonl"

@@ -96,3 +96,25 @@ async def test_an_unreachable_primary_is_reported_and_nothing_changes(tmp_path, 
     await follower.aclose()
     assert "cannot read http://127.0.0.1:9/v1/library" in follower.last_problem
     assert store.served_version_id() is None
+
+
+async def test_a_replica_whose_workspace_fails_during_a_fetch_asks_again_and_does_not_refuse(tmp_path, node):
+    """A full or locked workspace is the replica's trouble, not the manifest's: the next poll fetches it again."""
+    import httpx
+
+    from gym_tf.errors import StoreError
+
+    store = RunStore(tmp_path / "replica")
+    primary = httpx.MockTransport(lambda request: httpx.Response(200, json={"version": "v", "manifest": "bafy-manifest"}))
+    follower = Follower(store, "http://primary/v1", node, Account.create().address, transport=primary)
+    tries = []
+
+    def fetch_fails(manifest):
+        tries.append(manifest)
+        raise StoreError(f"cannot write to the workspace {store.root} (database or disk is full)")
+
+    follower._fetch = fetch_fails
+    assert await follower.poll() is None and await follower.poll() is None
+    assert tries == ["bafy-manifest", "bafy-manifest"] and not follower.refused
+    assert "cannot fetch manifest bafy-manifest" in follower.last_problem and "disk is full" in follower.last_problem
+    await follower.aclose()

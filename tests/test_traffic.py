@@ -162,6 +162,21 @@ def test_a_recorded_conversation_is_re_sampled_exactly_as_it_was_served(tmp_path
     assert upstream_saw[0]["content"].endswith("\n\n" + conversation[0]["content"]) and len(upstream_saw) == 4
 
 
+@pytest.mark.parametrize("messages, kept", [
+    # an agent's request after a tool answered: re-sent whole
+    ([{"role": "user", "content": "Weather in Oslo?"}, {"role": "assistant", "content": None, "tool_calls": []},
+      {"role": "tool", "content": "-3 C", "tool_call_id": "t"}], True),
+    # a request that ends with the assistant's turn (a prefill): not one to re-send; its user text is the problem
+    ([{"role": "user", "content": "Weather in Oslo?"}, {"role": "assistant", "content": "It is"}], False),
+])
+def test_every_recorded_chat_is_a_problem_and_those_fit_to_re_send_keep_their_messages(messages, kept):
+    exchange = {"response_id": "r", "route": "/chat/completions", "library_version": "v", "feedback": [],
+                "request": {"messages": messages}, "answers": ["cold"]}
+    row = problem_row(exchange)
+    assert ("messages" in row) is kept
+    assert row["problem"] == ("User: Weather in Oslo?\n\nTool: -3 C" if kept else "Weather in Oslo?")
+
+
 def test_a_log_recorded_before_feedback_named_a_choice_opens_and_merges(tmp_path):
     import sqlite3
 
