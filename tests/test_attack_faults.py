@@ -166,8 +166,26 @@ class FaultAfter:
                 self.store.db.execute("PRAGMA query_only=1")
         return await self.inner.generate(messages, n, **sampling)
 
+    def heal(self) -> None:
+        """Space freed, writable again."""
+        self.store.db.execute("PRAGMA max_page_count=4294967294")
+        self.store.db.execute("PRAGMA query_only=0")
+
     async def aclose(self) -> None:
         pass
+
+
+def fault_then_resume(store: RunStore, backend: "FaultAfter", clean) -> Counter:
+    """Run until the fault's named StoreError, heal it, and resume in the same process (a new one is the SIGKILL
+    case above): what the resumed run lost or broke against the clean one (all 0)."""
+    optimizer = Optimizer(GATED, store, backend)
+    with pytest.raises(StoreError, match=f"cannot write to the workspace {re.escape(str(store.root))}"):
+        asyncio.run(optimizer.run())
+    backend.heal()
+    before = rollout_rows(store, optimizer.run_id)
+    assert resume(store, optimizer.run_id).status == "finished"
+    clean_store, clean_id, _ = clean
+    return intact(store, optimizer.run_id, clean_store, clean_id, before)
 
 
 def disk_faults(tmp: Path, clean, count: int, figures) -> None:
@@ -179,15 +197,7 @@ def disk_faults(tmp: Path, clean, count: int, figures) -> None:
         for i in range(count):
             workspace = tmp / f"{fault.replace(' ', '-')}-{i}"
             store = RunStore(workspace)
-            optimizer = Optimizer(GATED, store, FaultAfter(scripted(gated=True), store, rng.randint(1, calls), fault))
-            with pytest.raises(StoreError, match=f"cannot write to the workspace {re.escape(str(workspace))}"):
-                asyncio.run(optimizer.run())
-            # space freed / writable again, and the same process resumes (a new one is the SIGKILL case above)
-            store.db.execute("PRAGMA max_page_count=4294967294")
-            store.db.execute("PRAGMA query_only=0")
-            before = rollout_rows(store, optimizer.run_id)
-            assert resume(store, optimizer.run_id).status == "finished"
-            faults = intact(store, optimizer.run_id, clean_store, clean_id, before)
+            faults = fault_then_resume(store, FaultAfter(scripted(gated=True), store, rng.randint(1, calls), fault), clean)
             totals[fault] += 1
             totals += faults
             assert not +Counter({k: v for k, v in faults.items()}), (fault, i, dict(faults))
@@ -238,14 +248,7 @@ def real_disk_full(mount: Path, clean, count: int, figures) -> None:
     for i in range(count):
         workspace = mount / f"full-{i}"
         store = RunStore(workspace)
-        backend = FillDiskAfter(scripted(gated=True), store, rng.randint(1, calls), mount)
-        optimizer = Optimizer(GATED, store, backend)
-        with pytest.raises(StoreError, match=f"cannot write to the workspace {re.escape(str(workspace))}"):
-            asyncio.run(optimizer.run())
-        backend.heal()
-        before = rollout_rows(store, optimizer.run_id)
-        assert resume(store, optimizer.run_id).status == "finished"
-        faults = intact(store, optimizer.run_id, clean_store, clean_id, before)
+        faults = fault_then_resume(store, FillDiskAfter(scripted(gated=True), store, rng.randint(1, calls), mount), clean)
         totals += faults
         assert not +faults, (i, dict(faults))
         store.close()
