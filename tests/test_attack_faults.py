@@ -266,7 +266,7 @@ def test_real_disk_full_soak(small_disk, clean, figures):
     real_disk_full(small_disk, clean, DISK_FAULTS, figures)
 
 
-def test_a_workspace_on_a_read_only_filesystem_is_a_named_error_and_stays_as_it_was(small_disk, clean):
+def test_a_workspace_on_a_read_only_filesystem_is_a_named_error_and_resumes_once_writable(small_disk, clean):
     """A run stopped part-way, its filesystem then mounted read-only (EROFS): resuming it is a StoreError naming
     the workspace (in the CLI, one line), and once writable it resumes to the clean run's result."""
     clean_store, clean_id, _ = clean
