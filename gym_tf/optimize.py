@@ -31,11 +31,11 @@ from gym_tf.library import (MAX_EXAMPLE_CHARS, DeleteOp, ExampleOp, LibraryVersi
 from gym_tf.metrics import paired_difference
 from gym_tf.rollouts import Rollout, build_messages, rollout_many
 from gym_tf.store import RunStore, config_hash, rollout_key
-
-GATE_TOLERANCE = 1e-9  # float noise in mean differences: a tie is not below
 from rewards import ANSWER_FREE, load_reward
 from rewards.feedback import FeedbackReward
 from rewards.judge import FeedbackJudge
+
+GATE_TOLERANCE = 1e-9  # float noise in mean differences: a tie is not below
 
 
 @dataclass

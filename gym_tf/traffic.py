@@ -280,11 +280,11 @@ def problem_row(exchange: dict[str, Any]) -> dict[str, Any] | None:
     request = exchange["request"] if isinstance(exchange["request"], dict) else {}  # a redaction hook may blank it
     conversation = None
     if exchange["route"] == "/chat/completions":
-        conversation = request.get("messages")
-        if conversation_error(conversation):  # not one to re-send (it ends with the assistant's turn, say): its text
-            conversation, text = None, request_text(request.get("messages"))
+        messages = request.get("messages")
+        if conversation_error(messages):  # not one to re-send (it ends with the assistant's turn, say): its user text
+            text = request_text(messages)
         else:
-            text = conversation_text(conversation)
+            conversation, text = messages, conversation_text(messages)
     else:
         text = request.get("prompt") if isinstance(request.get("prompt"), str) else ""
     if not text.strip():
