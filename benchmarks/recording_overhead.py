@@ -24,12 +24,14 @@ import argparse
 import asyncio
 import json
 import random
+import shutil
 import sqlite3
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
@@ -83,12 +85,23 @@ def paired(a: list[float], b: list[float], resamples: int = 10_000) -> str:
     return f"{statistics.fmean(diffs):+.2f} ms [{means[int(0.025 * resamples)]:+.2f}, {means[int(0.975 * resamples)]:+.2f}]"
 
 
-async def request_path(work: Path, streams: int, chunks: int, batch: int) -> tuple[float, float, int]:
-    """Seconds per stream of event-loop time: relayed directly, and through the recorder (capture, then the batch
-    handed to the writer every `batch` streams). Returns both and how many exchanges the writer stored."""
+@dataclass
+class PathCost:
+    """Event-loop CPU time, in microseconds: per relayed stream in each measured round, and per hand-over."""
+    direct: list[float] = field(default_factory=list)
+    recorded: list[float] = field(default_factory=list)
+    handovers: list[float] = field(default_factory=list)
 
-    def stream_bytes(i: int) -> list[bytes]:
-        head = {"id": f"chatcmpl-{i}", "object": "chat.completion.chunk", "created": 1, "model": "fake-model"}
+
+async def request_path(work: Path, streams: int, chunks: int, batch: int, rounds: int) -> PathCost:
+    """The work recording adds to the serving thread: each round relays `streams` streams directly and through
+    `Recorder.capture`, handing the finished exchanges to the writer every `batch` streams, as the server's 50 ms
+    timer does. CPU time of this thread, so neither the writer process nor other jobs on the machine count; the
+    pipe is drained between hand-overs, untimed, as the server's loop does between its timer's calls. Round 0 warms
+    up and is not counted. Every recorded exchange must be stored, whole."""
+
+    def stream_bytes(ident: int) -> list[bytes]:
+        head = {"id": f"chatcmpl-{ident}", "object": "chat.completion.chunk", "created": 1, "model": "fake-model"}
         words = [{**head, "choices": [{"index": 0, "delta": {"content": f" w{j}"}, "finish_reason": None}]}
                  for j in range(chunks)]
         return [f"data: {json.dumps(w)}\n\n".encode() for w in words] + [b"data: [DONE]\n\n"]
@@ -97,29 +110,40 @@ async def request_path(work: Path, streams: int, chunks: int, batch: int) -> tup
         for event in events:
             yield event
 
-    bodies = [stream_bytes(i) for i in range(streams)]
     meta = {"tenant": "default", "created": time.time(), "route": "/chat/completions", "model": "fake-model",
             "library_version": "none", "request": BODY}
-    recorder = Recorder(work / "ws-path", RecordSettings(flush_s=3600.0))  # batches handed over below, timed
+    recorder = Recorder(work / "ws-path", RecordSettings(flush_s=3600.0))  # the hand-overs are made below
+    cost = PathCost()
     try:
-        elapsed = {}
-        for name in ("direct", "recorded", "direct"):  # direct twice: the first warms the allocator and caches
-            started = time.perf_counter()
-            for i, events in enumerate(bodies):
-                source = relay(events)
-                async for _ in recorder.capture(meta, source, started) if name == "recorded" else source:
-                    pass
-                if name == "recorded" and (i + 1) % batch == 0:
-                    recorder._flush()
-            if name == "recorded":
-                recorder._flush()
-            elapsed[name] = (time.perf_counter() - started) / streams
+        for round_ in range(rounds + 1):
+            for name in ("direct", "recorded") if round_ % 2 else ("recorded", "direct"):
+                bodies = [stream_bytes(round_ * streams + i) for i in range(streams)]
+                spent = 0.0
+                for i, events in enumerate(bodies):
+                    started = time.thread_time()
+                    source = relay(events)
+                    async for _ in recorder.capture(meta, source, started) if name == "recorded" else source:
+                        pass
+                    if name == "recorded" and ((i + 1) % batch == 0 or i + 1 == streams):
+                        handed = time.thread_time()
+                        recorder._flush()
+                        if round_:
+                            cost.handovers.append((time.thread_time() - handed) * 1e6)
+                    spent += time.thread_time() - started
+                    while recorder._out:  # the writer takes the pipe's bytes; the loop is free meanwhile
+                        await asyncio.sleep(0.001)
+                if round_:
+                    getattr(cost, name).append(spent / streams * 1e6)
         await recorder.sync()
+        dropped = recorder.dropped
     finally:
         recorder.close()
     with sqlite3.connect(work / "ws-path" / "traffic.db") as db:
         stored = db.execute("select count(*) from traffic").fetchone()[0]
-    return elapsed["direct"], elapsed["recorded"], stored
+        answers = db.execute("select answers from traffic where response_id = 'chatcmpl-0'").fetchone()[0]
+    assert dropped == 0 and stored == streams * (rounds + 1), f"{stored} stored, {dropped} dropped"
+    assert json.loads(answers) == ["".join(f" w{j}" for j in range(chunks))], answers[:200]
+    return cost
 
 
 def main() -> None:
@@ -130,14 +154,25 @@ def main() -> None:
     parser.add_argument("--chunk-delay", type=float, default=0.02)
     parser.add_argument("--chunks", type=int, default=32)
     parser.add_argument("--noise-floor", action="store_true", help="add a second server without recording")
-    parser.add_argument("--path-streams", type=int, default=5000, help="streams relayed in the request-path arm")
+    parser.add_argument("--path-streams", type=int, default=2000, help="streams per round of the request-path arm")
+    parser.add_argument("--path-rounds", type=int, default=5)
+    parser.add_argument("--path-batch", type=int, default=4,
+                        help="exchanges per hand-over to the writer (64 streams of about 0.8 s end about 4 per 50 ms)")
+    parser.add_argument("--path-only", action="store_true", help="only the request-path arm")
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp())
-    direct, recorded, stored = asyncio.run(request_path(work, args.path_streams, args.chunks, args.streams))
-    print(f"request path, in process ({args.path_streams} streams of {args.chunks} chunks): relayed directly "
-          f"{direct * 1e6:.1f} us per stream, through the recorder {recorded * 1e6:.1f} us; recording adds "
-          f"{(recorded - direct) * 1e6:.1f} us of event-loop time per stream (ratio {recorded / direct:.2f}); "
-          f"{stored} of {args.path_streams} stored")
+    path = asyncio.run(request_path(work, args.path_streams, args.chunks, args.path_batch, args.path_rounds))
+    added = sorted(r - d for r, d in zip(path.recorded, path.direct))
+    print(f"request path, in process: {args.path_rounds} rounds of {args.path_streams} streams of {args.chunks} "
+          f"chunks, a hand-over every {args.path_batch} exchanges; CPU time of the serving thread per stream: "
+          f"directly {statistics.median(path.direct):.1f} us (rounds {min(path.direct):.1f} to {max(path.direct):.1f}), "
+          f"through the recorder {statistics.median(path.recorded):.1f} us ({min(path.recorded):.1f} to "
+          f"{max(path.recorded):.1f}); recording adds {statistics.median(added):.1f} us ({added[0]:.1f} to "
+          f"{added[-1]:.1f}); one hand-over: median {statistics.median(path.handovers):.0f} us, longest "
+          f"{max(path.handovers):.0f} us; every exchange stored, whole")
+    if args.path_only:
+        shutil.rmtree(work, ignore_errors=True)
+        return
     up_port = free_port()
     upstream = subprocess.Popen([sys.executable, str(ROOT / "tests" / "fake_upstream.py"), str(up_port),
                                  str(work / "record.jsonl"), "1", str(args.chunk_delay), str(args.chunks)])
@@ -198,6 +233,7 @@ def main() -> None:
         for process in [*servers.values(), upstream]:
             process.terminate()
             process.wait()
+        shutil.rmtree(work, ignore_errors=True)
 
 
 if __name__ == "__main__":
