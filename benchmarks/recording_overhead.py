@@ -7,15 +7,15 @@ a served model's pace at 50 tokens/s), one with `--record`, one without. Each ro
 order, with `--streams` concurrent streaming clients; per-request latencies of all rounds are pooled per arm. It
 prints p50 / p99 per arm, the added p50 (on - off; target: within 1 ms) and the ratio, the per-round paired
 difference of p50s with a bootstrap 95% interval (many short rounds narrow it), then checks that every
-request of the recording arm was recorded (the writer thread keeps up). Feedback is posted on a few responses too.
+request of the recording arm was recorded (the writer process keeps up). Feedback is posted on a few responses too.
 `--noise-floor` adds a second server without recording (an A/A arm): the off - off difference shows how much of
 the on - off difference a busy machine makes up by itself. The `paused` arm is the recording server with its kill
 switch on: on - paused compares one server process with itself, the difference recording alone makes.
 
-Last, the request path alone, in this process: the event loop's time to relay a stream through `Recorder.capture`
-(and hand the finished exchanges to the writer in batches, as the server does every 50 ms) against relaying the same
-bytes directly. This is the work recording adds to the loop that serves every stream, measured to the microsecond;
-the end-to-end arms above cannot resolve 1 ms on a busy 2-core machine.
+First, the request path alone, in this process (`--path-only` stops there): the serving thread's CPU time to relay a
+stream through `Recorder.capture` and hand the finished exchanges to the writer, against relaying the same bytes
+directly (see `request_path`). That is the work recording adds to the loop that serves every stream, which the
+end-to-end arms cannot resolve to 1 ms on a busy 2-core machine.
 """
 
 from __future__ import annotations
