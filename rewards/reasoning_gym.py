@@ -29,6 +29,17 @@ def final_answer(completion: str) -> str:
 
 
 def score(completions: list[str], rg_task: str, rg_entry: str, **_: Any) -> list[float]:
+    """Each completion's grade. The row must grade its own reference answer: a failure there is the row's (or the
+    grader's) and is raised. An answer the grader fails to read scores 0: some graders raise on free text instead of
+    scoring it (prime_factorization's int() of "So, the prime factorization ..." stopped a whole run)."""
     entry = json.loads(rg_entry)
     grade = _grader(rg_task)
-    return [float(grade(final_answer(c), entry)) for c in completions]
+    grade(str(entry["answer"]), entry)
+    return [_graded(grade, final_answer(c), entry) for c in completions]
+
+
+def _graded(grade: Callable[[str, dict], float], answer: str, entry: dict) -> float:
+    try:
+        return float(grade(answer, entry))
+    except Exception:  # the grader's own code on the model's text: an unreadable answer is a wrong one
+        return 0.0

@@ -145,3 +145,19 @@ def test_a_family_with_too_few_distinct_problems_is_a_named_error(monkeypatch):
     assert [r["problem"] for r in task_levels.split("toy", {"train": 3, "test": 2}, 0, 0)["test"]] == ["q3", "q4"]
     with pytest.raises(ConfigError, match="every split needs at least one problem"):
         task_levels.split("toy", {"train": 3, "test": 0}, 0, 0)
+
+
+def test_an_answer_the_grader_cannot_read_scores_zero_and_a_broken_row_is_raised():
+    """reasoning-gym's prime_factorization grader calls int() on the answer: free text raised out of the reward and
+    stopped a benchmark run. Graded by the real grader: unreadable answers score 0, the right one 1 (boxed or on
+    the last line); a row whose own answer cannot be graded is still an error."""
+    from rewards.reasoning_gym import score
+
+    row = task_levels.rows("prime_factorization", 1, 41, 0)[0]
+    right = row["answer"]
+    answers = [f"\\boxed{{{right}}}", "So, the prime factorization is", "\\boxed{two times three}",
+               f"The factors are:\n{right}"]
+    assert score(answers, row["rg_task"], row["rg_entry"]) == [1.0, 0.0, 0.0, 1.0]
+    broken = json.dumps({**json.loads(row["rg_entry"]), "answer": "not a factorization"})
+    with pytest.raises(ValueError):
+        score(answers, row["rg_task"], broken)
