@@ -120,9 +120,9 @@ async def request_path(work: Path, streams: int, chunks: int, batch: int, rounds
                 bodies = [stream_bytes(round_ * streams + i) for i in range(streams)]
                 spent = 0.0
                 for i, events in enumerate(bodies):
-                    started = time.thread_time()
+                    started, wall = time.thread_time(), time.perf_counter()  # the server takes `wall` too
                     source = relay(events)
-                    async for _ in recorder.capture(meta, source, started) if name == "recorded" else source:
+                    async for _ in recorder.capture(meta, source, wall) if name == "recorded" else source:
                         pass
                     if name == "recorded" and ((i + 1) % batch == 0 or i + 1 == streams):
                         handed = time.thread_time()
