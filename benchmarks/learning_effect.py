@@ -91,7 +91,8 @@ async def pick_level(family: str, args: argparse.Namespace, backend, folder: Pat
 async def one_family(family: str, args: argparse.Namespace, out: Path) -> dict:
     folder = out / family
     folder.mkdir(parents=True, exist_ok=True)
-    backend_config = BackendConfig(base_url=args.base_url, model=args.model, api_key=args.api_key)
+    backend_config = BackendConfig(base_url=args.base_url, model=args.model, model_file=args.model_file,
+                                   api_key=args.api_key)
     learner_config = None
     if args.learner_base_url or args.learner_model_file:  # a different (larger) model writes the library
         learner_config = BackendConfig(base_url=args.learner_base_url, model=args.learner_model,
@@ -191,11 +192,11 @@ def row(c: dict) -> dict:
 
 def markdown(rows: list[dict]) -> str:
     ci = lambda e: f"{e[0]:+.3f} [{e[1]:+.3f}, {e[2]:+.3f}]"  # noqa: E731
-    head = ("| family | seed | level | learner | test x k | none Mean@k | learned Mean@k | Mean@k diff [95% CI] | none Maj@k | learned Maj@k | "
+    head = ("| family | seed | level | policy | learner | test x k | none Mean@k | learned Mean@k | Mean@k diff [95% CI] | none Maj@k | learned Maj@k | "
             "Maj@k diff [95% CI] | learned Mean@k - none Maj@k | items (lessons) | pruned: dropped, test effect | "
-            "extra prompt tok/call | learning tokens | wall |\n" + "|---" * 17 + "|\n")
+            "extra prompt tok/call | learning tokens | wall |\n" + "|---" * 18 + "|\n")
     return head + "".join(
-        f"| {r['family']} | {r['seed']} | {r['level']} | {r['learner']} | {r['test']} x {r['k']} | {r['none_mean']:.3f} | {r['learned_mean']:.3f} | {ci(r['diff'])} | "
+        f"| {r['family']} | {r['seed']} | {r['level']} | {r['model']} | {r['learner']} | {r['test']} x {r['k']} | {r['none_mean']:.3f} | {r['learned_mean']:.3f} | {ci(r['diff'])} | "
         f"{r['none_majority']:.3f} | {r['learned_majority']:.3f} | {ci(r['majority_diff'])} | "
         f"{ci(r['mean_minus_none_majority'])} | {r['items']} ({r['lessons']}) | {pruned(r.get('prune'))} | "
         f"{r['extra_prompt_tokens']:+.0f} | "
@@ -243,6 +244,7 @@ def main() -> None:
                              "half the time), `default` (the generator's own settings), or a level number")
     parser.add_argument("--base-url")
     parser.add_argument("--model")
+    parser.add_argument("--model-file", help="a local GGUF as the policy (embedded engine), e.g. a larger model")
     parser.add_argument("--api-key")
     parser.add_argument("--learner-base-url", help="a different server for the learning stages")
     parser.add_argument("--learner-model")
