@@ -29,6 +29,7 @@ class Arm:
     majority_vs_baseline: Estimate | None = None  # Majority@k against the baseline's Majority@k
     mean_vs_baseline_majority: Estimate | None = None  # this library's Mean@k against the baseline's Majority@k
     held_in_library: list[str] = field(default_factory=list)  # problems the library holds verbatim: not held out
+    same_as: str | None = None  # an earlier arm with the same library version, whose samples this one shares
 
     def to_dict(self) -> dict[str, Any]:
         def est(e: Estimate | None) -> dict | None:
@@ -40,7 +41,7 @@ class Arm:
                            "prompt_per_call": self.report.prompt_tokens_per_call(), "learning": self.learning_tokens},
                 "mean_vs_baseline": est(self.vs_baseline), "majority_vs_baseline": est(self.majority_vs_baseline),
                 "mean_vs_baseline_majority": est(self.mean_vs_baseline_majority),
-                "problems_held_in_library": self.held_in_library}
+                "problems_held_in_library": self.held_in_library, "same_as": self.same_as}
 
 
 @dataclass
@@ -82,12 +83,19 @@ class Comparison:
 async def compare(backend: Backend, problems: list[Problem], reward: Callable[..., Any], samples: int,
                   sampling: Sampling, libraries: list[tuple[str, LibraryVersion, int]], seed: int = 0,
                   on_group: Callable[[str, Problem, list[Rollout]], None] | None = None) -> Comparison:
-    """Evaluate each (name, library, tokens spent learning it) in turn; the first is the baseline."""
-    arms = []
+    """Evaluate each (name, library, tokens spent learning it) in turn; the first is the baseline. A library version
+    already evaluated is not sampled again: the same version renders the same prompts, and the same seeds would
+    draw the same answers (a run whose gate kept nothing ends on the empty version, the `none` arm's)."""
+    arms: list[Arm] = []
     for name, library, learning_tokens in libraries:
-        report = await evaluate(backend, problems, reward, samples, sampling, library, seed=seed,
-                                on_group=(lambda p, g, n=name: on_group(n, p, g)) if on_group else None)
-        arms.append(Arm(name, report, learning_tokens, held_in_library=problems_held_in(library, problems)))
+        earlier = next((a for a in arms if a.report.library_version == library.id), None)
+        if earlier is None:
+            report = await evaluate(backend, problems, reward, samples, sampling, library, seed=seed,
+                                    on_group=(lambda p, g, n=name: on_group(n, p, g)) if on_group else None)
+        else:
+            report = earlier.report
+        arms.append(Arm(name, report, learning_tokens, held_in_library=problems_held_in(library, problems),
+                        same_as=earlier.name if earlier else None))
     base = arms[0].report
     for arm in arms[1:]:
         arm.vs_baseline = paired_difference(arm.report.per_problem_mean(), base.per_problem_mean(), seed=seed)

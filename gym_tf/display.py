@@ -50,6 +50,8 @@ def comparison_table(comparison) -> Table:
     row("tokens spent learning", lambda a: str(a.learning_tokens or "-"))
     table.caption = "an interval wholly above 0 is a gain beyond noise"
     for arm in comparison.arms:
+        if arm.same_as:
+            table.caption += f"\n{arm.name} is the same library version as {arm.same_as}: sampled once, for both"
         if arm.held_in_library:
             table.caption += (f"\nnot held out: {arm.name} holds {len(arm.held_in_library)} of these "
                               f"{comparison.problems} problems verbatim (worked examples of them)")

@@ -50,6 +50,29 @@ async def test_identical_draws_give_a_paired_difference_of_exactly_zero(tmp_path
     assert learned.vs_baseline.value == learned.vs_baseline.low == learned.vs_baseline.high == 0
 
 
+async def test_a_library_version_already_sampled_is_not_sampled_again_and_says_whose_samples_it_shares():
+    from rich.console import Console
+
+    from gym_tf.display import comparison_table
+
+    problems = load_dataset("quickstart", limit=6)
+    backend = ScriptedBackend({p.problem: p.answer for p in problems}, skill=0.5)
+    library, _ = apply_ops(EMPTY_LIBRARY, [ExampleOp(op="example", text="Problem: 2+2?\nSolution: \\boxed{4}")], step=1)
+    # a run whose gate kept nothing ends on the empty version: `learned` is `none` again
+    result = await compare(backend, problems, math_reward, 2, Sampling(), [("none", EMPTY_LIBRARY, 0),
+                                                                         ("learned", EMPTY_LIBRARY, 900),
+                                                                         ("other", library, 0)], seed=1)
+    solves = [c for c in backend.calls if c["stage"] == "solve"]
+    assert len(solves) == 2 * len(problems)  # none and other, not learned
+    none, learned, other = result.arms
+    assert learned.same_as == "none" and other.same_as is None and none.same_as is None
+    assert learned.vs_baseline.value == learned.vs_baseline.high == 0 and learned.learning_tokens == 900
+    assert result.to_dict()["arms"][1]["same_as"] == "none"
+    console = Console(record=True, width=100)
+    console.print(comparison_table(result))
+    assert "learned is the same library version as none: sampled once" in console.export_text()
+
+
 async def test_rollouts_record_the_items_they_were_shown_and_examples_reach_the_prompt(store):
     problems = load_dataset("quickstart", limit=8)
     backend = ScriptedBackend({p.problem: p.answer for p in problems}, skill=0.6)
