@@ -16,6 +16,7 @@ a larger model.
     python benchmarks/learning_effect.py --families leg_counting,gcd --out bench-out
     python benchmarks/learning_effect.py --families basic_arithmetic --base-url http://127.0.0.1:8000/v1
     python benchmarks/learning_effect.py --families chain_sum --learner-model-file qwen2.5-coder-1.5b-q4_k_m.gguf
+    python benchmarks/learning_effect.py --families decimal_arithmetic --model-file qwen2.5-coder-1.5b-q4_k_m.gguf
 """
 
 from __future__ import annotations
@@ -180,6 +181,7 @@ def row(c: dict) -> dict:
             "learner": c.get("learner", c["model"]), "test": c["problems"],
             "k": c["samples"],
             "items": learned["library_items"], "lessons": sum(i.get("kind", "lesson") == "lesson" for i in c["library"]),
+            "same_as": learned.get("same_as"),  # the gate kept nothing: the learned arm is the `none` arm's samples
             "none_mean": none["metrics"]["mean_at_k"]["value"], "learned_mean": learned["metrics"]["mean_at_k"]["value"],
             "diff": interval(learned["mean_vs_baseline"]),
             "none_majority": none["metrics"]["majority"]["value"],
@@ -198,9 +200,13 @@ def markdown(rows: list[dict]) -> str:
     return head + "".join(
         f"| {r['family']} | {r['seed']} | {r['level']} | {r['model']} | {r['learner']} | {r['test']} x {r['k']} | {r['none_mean']:.3f} | {r['learned_mean']:.3f} | {ci(r['diff'])} | "
         f"{r['none_majority']:.3f} | {r['learned_majority']:.3f} | {ci(r['majority_diff'])} | "
-        f"{ci(r['mean_minus_none_majority'])} | {r['items']} ({r['lessons']}) | {pruned(r.get('prune'))} | "
+        f"{ci(r['mean_minus_none_majority'])} | {r['items']} ({r['lessons']}){same(r)} | {pruned(r.get('prune'))} | "
         f"{r['extra_prompt_tokens']:+.0f} | "
         f"{r['learning_tokens']:,} | {r['wall_min']:.0f} min |\n" for r in rows)
+
+
+def same(r: dict) -> str:
+    return f", the {r['same_as']} version: sampled once" if r.get("same_as") else ""
 
 
 def pruned(prune: dict | None) -> str:
@@ -253,6 +259,8 @@ def main() -> None:
     parser.add_argument("--report", type=Path, nargs="+", metavar="COMPARISON_JSON",
                         help="print the table of families already run (their comparison.json files), run nothing")
     args = parser.parse_args()
+    if args.model_file and args.base_url:
+        parser.error("--model-file runs the policy on the embedded engine; --base-url names a server: give one")
     if args.report:
         print(markdown([row(json.loads(path.read_text(encoding="utf-8"))) for path in args.report]), end="")
         return

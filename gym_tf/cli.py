@@ -166,7 +166,8 @@ def eval_command(
         engine = await make_backend(config)
         try:
             scorer = load_reward(reward, judge_backend=engine)
-            with progress_bar("eval", len(problems) * len(arms)) as advance:
+            sampled = len({lib.id for _, lib, _ in arms})  # a version named twice is sampled once (compare)
+            with progress_bar("eval", len(problems) * sampled) as advance:
                 return await compare(engine, problems, scorer, samples, sampling, arms, seed,
                                      on_group=lambda name, p, g: advance(f"eval library {name}", key=name))
         finally:

@@ -84,8 +84,9 @@ async def compare(backend: Backend, problems: list[Problem], reward: Callable[..
                   sampling: Sampling, libraries: list[tuple[str, LibraryVersion, int]], seed: int = 0,
                   on_group: Callable[[str, Problem, list[Rollout]], None] | None = None) -> Comparison:
     """Evaluate each (name, library, tokens spent learning it) in turn; the first is the baseline. A library version
-    already evaluated is not sampled again: the same version renders the same prompts, and the same seeds would
-    draw the same answers (a run whose gate kept nothing ends on the empty version, the `none` arm's)."""
+    already evaluated is not sampled again: the same version renders the same prompts, so its true difference from
+    the earlier arm is 0, and sampling it again would measure only the engine's noise (a run whose gate kept nothing
+    ends on the empty version, the `none` arm's)."""
     arms: list[Arm] = []
     for name, library, learning_tokens in libraries:
         earlier = next((a for a in arms if a.report.library_version == library.id), None)
