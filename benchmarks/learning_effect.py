@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import platform
 import sys
 import time
 from pathlib import Path
@@ -32,6 +31,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from gym_tf.backends import BackendConfig, make_backend  # noqa: E402
+from gym_tf.backends.embedded import cpu_label  # noqa: E402
 from gym_tf.compare import compare, plot  # noqa: E402
 from gym_tf.config import OptimizeConfig, RolloutConfig  # noqa: E402
 from gym_tf.datasets import load_dataset  # noqa: E402
@@ -143,7 +143,7 @@ async def one_family(family: str, args: argparse.Namespace, out: Path) -> dict:
             await learner.aclose()
     comparison.extra.update(family=family, level="default" if level is None else level,
                             probes=vars(calibration) if calibration else None,
-                            model=backend.model, learner=(learner or backend).model, learn_s=learn_s,
+                            model=backend.model, learner=(learner or backend).model, learn_s=learn_s, cpu=cpu_label(),
                             wall_s=time.perf_counter() - started, settings={k: str(v) for k, v in vars(args).items()},
                             library=[i.model_dump(mode="json") for i in result.library.items],
                             prune=prune_effect(comparison, prune))
@@ -189,7 +189,45 @@ def row(c: dict) -> dict:
             "majority_diff": interval(learned["majority_vs_baseline"]),
             "mean_minus_none_majority": interval(learned["mean_vs_baseline_majority"]),
             "extra_prompt_tokens": c["extra_prompt_tokens_per_call"][learned["name"]], "prune": c.get("prune"),
-            "learning_tokens": learned["tokens"]["learning"], "wall_min": c["wall_s"] / 60}
+            "learning_tokens": learned["tokens"]["learning"], "wall_min": c["wall_s"] / 60, "cpu": c.get("cpu")}
+
+
+def report_rows(data: dict | list) -> list[dict]:
+    """Table rows from a family's comparison.json, or a list of rows as they are (a run's results.json)."""
+    return data if isinstance(data, list) else [row(data)]
+
+
+def forest(rows: list[dict], path: Path) -> list[str]:
+    """Every run on one line, as a PNG: the library against no library (paired Mean@k difference), and against the
+    no-library majority vote at the same k both the library's single-sample accuracy and its own vote, each with
+    its 95% interval. Green: the interval lies above 0; red: below; grey: it holds 0. Returns the labels, top to
+    bottom."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    labels = [f"{r['family'].split(' (')[0]} {r['seed']}, {r['model']}" + (" *" if " (" in r["family"] else "")
+              for r in rows]
+    fig, panels = plt.subplots(1, 3, sharey=True, figsize=(14, 1.2 + 0.32 * len(rows)))
+    for ax, key, title in ((panels[0], "diff", "library - no library, Mean@k"),
+                           (panels[1], "mean_minus_none_majority", "library Mean@k - no-library Majority@k"),
+                           (panels[2], "majority_diff", "library Majority@k - no-library Majority@k")):
+        for y, r in enumerate(rows):
+            value, low, high = r[key]
+            color = "tab:green" if low > 0 else "tab:red" if high < 0 else "grey"
+            ax.errorbar(value, y, xerr=[[value - low], [high - value]], fmt="o", color=color, capsize=3)
+        ax.axvline(0, color="black", linewidth=0.8)
+        ax.set_title(title, fontsize=10)
+        ax.set_xlabel("difference in accuracy, 95% interval")
+    panels[0].set_yticks(range(len(rows)), labels, fontsize=8)
+    panels[0].invert_yaxis()
+    fig.suptitle("Held-out test problems, the same problems and seeds in both arms (* an earlier rule; see the table)",
+                 fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return labels
 
 
 def markdown(rows: list[dict]) -> str:
@@ -200,18 +238,24 @@ def markdown(rows: list[dict]) -> str:
     return head + "".join(
         f"| {r['family']} | {r['seed']} | {r['level']} | {r['model']} | {r['learner']} | {r['test']} x {r['k']} | {r['none_mean']:.3f} | {r['learned_mean']:.3f} | {ci(r['diff'])} | "
         f"{r['none_majority']:.3f} | {r['learned_majority']:.3f} | {ci(r['majority_diff'])} | "
-        f"{ci(r['mean_minus_none_majority'])} | {r['items']} ({r['lessons']}){same(r)} | {pruned(r.get('prune'))} | "
+        f"{ci(r['mean_minus_none_majority'])} | {r['items']} ({r['lessons']}){same(r)} | {pruned(r)} | "
         f"{r['extra_prompt_tokens']:+.0f} | "
-        f"{r['learning_tokens']:,} | {r['wall_min']:.0f} min |\n" for r in rows)
+        f"{r['learning_tokens']:,} | {wall(r)} |\n" for r in rows)
 
 
 def same(r: dict) -> str:
     return f", the {r['same_as']} version: sampled once" if r.get("same_as") else ""
 
 
-def pruned(prune: dict | None) -> str:
+def wall(r: dict) -> str:
+    """Minutes, on which CPU, and what else shared it (`note`, kept in the archive of earlier runs)."""
+    return ", ".join([f"{r['wall_min']:.0f} min", *(r[key] for key in ("cpu", "note") if r.get(key))])
+
+
+def pruned(r: dict) -> str:
+    prune = r.get("prune")
     if prune is None:
-        return "not run"
+        return "nothing to prune" if r["items"] == 0 else "not run"
     text = f"{prune['dropped']} of {prune['items']}"
     if prune["status"] != "promoted":
         return text + " (gate refused)"
@@ -256,16 +300,21 @@ def main() -> None:
     parser.add_argument("--learner-model")
     parser.add_argument("--learner-model-file", help="a local GGUF for the learning stages (embedded engine)")
     parser.add_argument("--out", type=Path, default=Path("learning-effect"))
-    parser.add_argument("--report", type=Path, nargs="+", metavar="COMPARISON_JSON",
-                        help="print the table of families already run (their comparison.json files), run nothing")
+    parser.add_argument("--report", type=Path, nargs="+", metavar="JSON",
+                        help="print the table of runs already made, run nothing: their comparison.json files, or "
+                             "results.json lists (a run's, or the archive benchmarks/results/learning_effect.json)")
+    parser.add_argument("--plot", type=Path, help="with --report: draw every run's intervals against no library and its vote, as a PNG")
     args = parser.parse_args()
     if args.model_file and args.base_url:
         parser.error("--model-file runs the policy on the embedded engine; --base-url names a server: give one")
     if args.report:
-        print(markdown([row(json.loads(path.read_text(encoding="utf-8"))) for path in args.report]), end="")
+        rows = [r for path in args.report for r in report_rows(json.loads(path.read_text(encoding="utf-8")))]
+        print(markdown(rows), end="")
+        if args.plot:
+            forest(rows, args.plot)
         return
     args.out.mkdir(parents=True, exist_ok=True)
-    print(f"machine: {platform.processor() or platform.machine()}, python {platform.python_version()}", flush=True)
+    print(f"CPU: {cpu_label()}", flush=True)
     rows = []
     for family in args.families.split(","):
         rows.append(asyncio.run(one_family(family, args, args.out)))

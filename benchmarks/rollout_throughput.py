@@ -29,7 +29,7 @@ from rich.table import Table
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
 from gym_tf.backends import Sampling  # noqa: E402
-from gym_tf.backends.embedded import EmbeddedBackend, default_model_path, engine_features  # noqa: E402
+from gym_tf.backends.embedded import EmbeddedBackend, cpu_info, default_model_path, engine_features  # noqa: E402
 from gym_tf.backends.openai_http import OpenAIBackend  # noqa: E402
 from gym_tf.datasets import load_dataset  # noqa: E402
 from gym_tf.library import EMPTY_LIBRARY  # noqa: E402
@@ -70,9 +70,7 @@ def plain_engine_arm(complete, problems, group, max_tokens) -> tuple[int, float]
 
 def cpu_report() -> str:
     """The CPU's name, the vector flags that decide llama.cpp's kernels, and what the installed build uses."""
-    info = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").exists() else ""
-    name = next((line.split(":", 1)[1].strip() for line in info.splitlines() if line.startswith("model name")), "?")
-    flags = next((line.split(":", 1)[1].split() for line in info.splitlines() if line.startswith("flags")), [])
+    name, flags = cpu_info()
     wanted = ["avx2", "fma", "f16c", "avx512f", "avx512_vnni", "avx512_bf16", "avx_vnni", "amx_tile", "amx_int8",
               "amx_bf16"]
     used = [name for name, on in engine_features().items() if on == "1"]

@@ -102,6 +102,27 @@ def default_model_path() -> Path:
     return target
 
 
+def cpu_info() -> tuple[str, list[str]]:
+    """The CPU's model name and flags as Linux reports them ("?" and none elsewhere)."""
+    path = Path("/proc/cpuinfo")
+    fields: dict[str, str] = {}
+    for line in path.read_text().splitlines() if path.exists() else []:
+        key, _, value = line.partition(":")
+        fields.setdefault(key.strip(), value.strip())  # the first core's
+    return fields.get("model name") or "?", fields.get("flags", "").split()
+
+
+def cpu_label() -> str:
+    """The CPU in a figure's caption: its name and its widest vector units, e.g. "Intel Xeon (AVX-512, AMX)" or
+    "AMD EPYC 7B13 (AVX2)" (the prebuilt engine runs its AVX2 code on both; a native build would not)."""
+    name, flags = cpu_info()
+    for mark in ("(R)", "(TM)", "(tm)", " Processor", " CPU"):
+        name = name.replace(mark, "")
+    name = " ".join(name.split("@")[0].split())
+    units = [unit for flag, unit in (("avx512f", "AVX-512"), ("amx_tile", "AMX")) if flag in flags]
+    return f"{name} ({', '.join(units) or ('AVX2' if 'avx2' in flags else 'no AVX2')})"
+
+
 def engine_features() -> dict[str, str]:
     """What the installed llama.cpp build reports about itself, read without loading a model ("AVX2" -> "1")."""
     import xllamacpp

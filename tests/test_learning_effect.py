@@ -1,0 +1,77 @@
+"""The learning-effect benchmark's report: the archive of runs is the README's table, the plot draws every run."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+from gym_tf.backends import embedded
+
+ROOT = Path(__file__).resolve().parents[1]
+ARCHIVE = ROOT / "benchmarks" / "results" / "learning_effect.json"
+
+
+@pytest.fixture(scope="module")
+def bench():
+    spec = importlib.util.spec_from_file_location("learning_effect", ROOT / "benchmarks" / "learning_effect.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def readme_table() -> list[str]:
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    lines = text[text.index("<!-- learning-effect-table -->"):].splitlines()[1:]
+    return lines[:next(i for i, line in enumerate(lines) if not line.startswith("|"))]
+
+
+def test_the_archive_of_runs_is_the_readmes_table_on_clean_splits(bench):
+    rows = bench.report_rows(json.loads(ARCHIVE.read_text(encoding="utf-8")))
+    rendered = bench.markdown(rows).splitlines()
+    table = readme_table()
+    assert rendered[:2] == table[:2]  # the same columns
+    assert [line for line in rendered[2:] if line not in table] == []
+    # and every measured run on clean splits is archived: a row not marked as overlapping, with a test split
+    measured = [line for line in table[2:] if "overlapping splits" not in line and " x 4 |" in line]
+    assert sorted(measured) == sorted(rendered[2:])
+    assert all(r["cpu"] for r in rows)
+
+
+def test_the_plot_draws_every_run_once_and_stars_the_runs_made_under_an_earlier_rule(bench, tmp_path):
+    rows = json.loads(ARCHIVE.read_text(encoding="utf-8"))
+    labels = bench.forest(rows, tmp_path / "effect.png")
+    assert (tmp_path / "effect.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert len(labels) == len(rows)
+    starred = [label for label in labels if label.endswith(" *")]
+    assert starred == [f"{r['family'].split(' (')[0]} {r['seed']}, {r['model']} *" for r in rows if " (" in r["family"]]
+    assert starred, "the archive holds runs made under earlier rules"
+
+
+def test_a_rows_wall_time_names_its_cpu_and_an_empty_library_has_nothing_to_prune(bench):
+    [row] = [r for r in json.loads(ARCHIVE.read_text(encoding="utf-8")) if r["family"] == "time_intervals"]
+    assert bench.wall(row) == "36 min, AMD EPYC (AVX2), shared with an install and short runs"
+    assert bench.wall({**row, "cpu": None, "note": None}) == "36 min"
+    assert bench.pruned({**row, "prune": None, "items": 0}) == "nothing to prune"
+    assert bench.pruned({**row, "prune": None}) == "not run"
+    assert bench.pruned(row) == "0 of 4"
+
+
+@pytest.mark.parametrize("name, flags, label", [
+    ("Intel(R) Xeon(R) Platinum 8480+ CPU @ 2.00GHz", ["avx2", "avx512f", "amx_tile"],
+     "Intel Xeon Platinum 8480+ (AVX-512, AMX)"),
+    ("Intel(R) Xeon(R) Processor", ["avx2", "avx512f"], "Intel Xeon (AVX-512)"),
+    ("AMD EPYC 7B13", ["avx2", "fma"], "AMD EPYC 7B13 (AVX2)"),
+    ("?", [], "? (no AVX2)"),
+])
+def test_the_cpu_label_names_the_vector_units_the_engine_speed_depends_on(monkeypatch, name, flags, label):
+    monkeypatch.setattr(embedded, "cpu_info", lambda: (name, flags))
+    assert embedded.cpu_label() == label
+
+
+@pytest.mark.skipif(not Path("/proc/cpuinfo").exists(), reason="no /proc/cpuinfo: not Linux")
+def test_this_machines_cpu_info_is_read_from_linux():
+    name, flags = embedded.cpu_info()
+    assert name != "?" and "sse2" in flags
