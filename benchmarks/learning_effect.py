@@ -303,8 +303,11 @@ def main() -> None:
     parser.add_argument("--report", type=Path, nargs="+", metavar="JSON",
                         help="print the table of runs already made, run nothing: their comparison.json files, or "
                              "results.json lists (a run's, or the archive benchmarks/results/learning_effect.json)")
-    parser.add_argument("--plot", type=Path, help="with --report: draw every run's intervals against no library and its vote, as a PNG")
+    parser.add_argument("--plot", type=Path,
+                        help="with --report: each run's intervals against no library and its vote, as a PNG")
     args = parser.parse_args()
+    if args.plot and not args.report:
+        parser.error("--plot draws the runs named by --report")
     if args.model_file and args.base_url:
         parser.error("--model-file runs the policy on the embedded engine; --base-url names a server: give one")
     if args.report:

@@ -105,8 +105,9 @@ def default_model_path() -> Path:
 def cpu_info() -> tuple[str, list[str]]:
     """The CPU's model name and flags as Linux reports them ("?" and none elsewhere)."""
     path = Path("/proc/cpuinfo")
+    text = path.read_text(encoding="utf-8") if path.exists() else ""
     fields: dict[str, str] = {}
-    for line in path.read_text().splitlines() if path.exists() else []:
+    for line in text.splitlines():
         key, _, value = line.partition(":")
         fields.setdefault(key.strip(), value.strip())  # the first core's
     return fields.get("model name") or "?", fields.get("flags", "").split()
@@ -119,6 +120,8 @@ def cpu_label() -> str:
     for mark in ("(R)", "(TM)", "(tm)", " Processor", " CPU"):
         name = name.replace(mark, "")
     name = " ".join(name.split("@")[0].split())
+    if not flags:  # not Linux on x86-64: nothing known about its vector units
+        return name
     units = [unit for flag, unit in (("avx512f", "AVX-512"), ("amx_tile", "AMX")) if flag in flags]
     return f"{name} ({', '.join(units) or ('AVX2' if 'avx2' in flags else 'no AVX2')})"
 
