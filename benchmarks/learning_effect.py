@@ -200,15 +200,15 @@ def report_rows(data: dict | list) -> list[dict]:
 def forest(rows: list[dict], path: Path) -> list[str]:
     """Every run on one line, as a PNG: the library against no library (paired Mean@k difference), and against the
     no-library majority vote at the same k both the library's single-sample accuracy and its own vote, each with
-    its 95% interval. Green: the interval lies above 0; red: below; grey: it holds 0. Returns the labels, top to
-    bottom."""
+    its 95% interval. Green: the interval lies above 0; red: below; grey: it holds 0. Each line's label gives the
+    no-library Mean@k, the difficulty the run met. Returns the labels, top to bottom."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    labels = [f"{r['family'].split(' (')[0]} {r['seed']}, {r['model']}" + (" *" if " (" in r["family"] else "")
-              for r in rows]
+    labels = [f"{r['family'].split(' (')[0]} {r['seed']}, {r['model']}, no library {r['none_mean']:.2f}"
+              + (" *" if " (" in r["family"] else "") for r in rows]
     fig, panels = plt.subplots(1, 3, sharey=True, figsize=(14, 1.2 + 0.32 * len(rows)))
     for ax, key, title in ((panels[0], "diff", "library - no library, Mean@k"),
                            (panels[1], "mean_minus_none_majority", "library Mean@k - no-library Majority@k"),
