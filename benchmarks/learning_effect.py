@@ -1,7 +1,7 @@
 """Does a learned library make the frozen model better on problems it never saw? Per task family:
 
     pick the family's difficulty (`--level auto`: probe reasoning-gym's levels from the easiest up, take the one the
-    model solves nearest half the time; see gym_tf/task_levels.py)
+    model solves nearest `--level-aim`; see gym_tf/task_levels.py)
     -> generate train / validation / test splits (reasoning-gym, one generator stream, disjoint by problem text;
        or the bundled quickstart set)
     -> `optimize` on train, validation-gated, ending with its prune step (each item left out on validation)
@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import json
 import sys
 import time
@@ -45,6 +46,7 @@ DEFAULT_FAMILIES = "leg_counting,gcd,basic_arithmetic,time_intervals"
 # reasoning-gym seeds item i with `seed + i`: one stream per --seed for the splits (SPLIT_SEED items apart, so no two
 # --seed values share an item seed), the probes from the far end of it
 SPLIT_SEED, PROBE_OFFSET = 1_000_000, 500_000
+AIMS = {"band": task_levels.AIM, "half": task_levels.FIRST_AIM}
 
 
 def splits(family: str, args: argparse.Namespace, folder: Path, level: int | None,
@@ -72,7 +74,7 @@ def splits(family: str, args: argparse.Namespace, folder: Path, level: int | Non
 
 async def pick_level(family: str, args: argparse.Namespace, backend, folder: Path,
                      sampling) -> tuple[int | None, task_levels.Calibration | None]:
-    """`--level`: a number, the generator's defaults, or (auto) the level the model solves nearest half the time."""
+    """`--level`: a number, the generator's defaults, or (auto) the probed level solved nearest `--level-aim`."""
     if family == "quickstart" or args.level == "default":
         return None, None
     if args.level != "auto":
@@ -85,7 +87,7 @@ async def pick_level(family: str, args: argparse.Namespace, backend, folder: Pat
         print(f"{family}: probe level {level}: solved {rate:.2f}", file=sys.stderr, flush=True)
 
     calibration = await task_levels.calibrate(backend, family, SPLIT_SEED * args.seed + PROBE_OFFSET, sampling, folder,
-                                              on_probe=probed)
+                                              AIMS[args.level_aim], on_probe=probed)
     return calibration.level, calibration
 
 
@@ -142,7 +144,7 @@ async def one_family(family: str, args: argparse.Namespace, out: Path) -> dict:
         if learner:
             await learner.aclose()
     comparison.extra.update(family=family, level="default" if level is None else level,
-                            probes=vars(calibration) if calibration else None,
+                            probes=dataclasses.asdict(calibration) if calibration else None,
                             model=backend.model, learner=(learner or backend).model, learn_s=learn_s, cpu=cpu_label(),
                             wall_s=time.perf_counter() - started, settings={k: str(v) for k, v in vars(args).items()},
                             library=[i.model_dump(mode="json") for i in result.library.items],
@@ -175,8 +177,10 @@ def row(c: dict) -> dict:
     interval = lambda e: (e["value"], e["low"], e["high"])  # noqa: E731
     probes = c.get("probes") or {}
     level = str(c.get("level", "default"))
-    if probes:  # the solve rate of every probed level, and the probes' tokens
-        level += " (" + "/".join(f"{r:.2f}" for r in probes["rates"].values()) + f"; {probes['tokens']:,} tok)"
+    if probes:  # the solve rate of every probed level, the aim (runs before it was recorded aimed at 0.5), tokens
+        aim = f", aim {probes['aim']['target']:.2f}" if "aim" in probes else ""
+        level += (" (probe " + "/".join(f"{r:.2f}" for r in probes["rates"].values()) + aim
+                  + f"; {probes['tokens']:,} tok)")
     return {"family": c["family"], "seed": c["settings"]["seed"], "level": level, "model": c["model"],
             "learner": c.get("learner", c["model"]), "test": c["problems"],
             "k": c["samples"],
@@ -291,7 +295,11 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--level", default="auto", type=level_arg,
                         help="reasoning-gym difficulty: `auto` (probe levels 0, 1, ... and take the one solved nearest "
-                             "half the time), `default` (the generator's own settings), or a level number")
+                             "the aim), `default` (the generator's own settings), or a level number")
+    parser.add_argument("--level-aim", choices=AIMS, default="band",
+                        help="with --level auto: `band` (nearest 0.3 of answers right, climbing past levels above "
+                             "0.45; 16 probe problems) or `half` (nearest 0.5, climbing past 0.8; 8 probe problems: "
+                             "the rule of the runs before 2026-11-24)")
     parser.add_argument("--base-url")
     parser.add_argument("--model")
     parser.add_argument("--model-file", help="a local GGUF as the policy (embedded engine), e.g. a larger model")

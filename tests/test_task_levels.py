@@ -17,24 +17,33 @@ def terms(problem: str) -> int:
     return len(re.findall(r"\d+", problem.split(":")[-1]))
 
 
-@pytest.mark.parametrize("rates, level", [
-    ({0: 1.0, 1: 0.9, 2: 0.6}, 2),
-    ({0: 1.0, 1: 0.55, 2: 0.45}, 1),  # the same distance from one half: the easier level
-    ({0: 0.9, 1: 0.1}, 0),
-    ({0: 0.0}, 0),
+@pytest.mark.parametrize("rates, aim, level", [
+    ({0: 1.0, 1: 0.9, 2: 0.6}, task_levels.FIRST_AIM, 2),
+    ({0: 1.0, 1: 0.55, 2: 0.45}, task_levels.FIRST_AIM, 1),  # the same distance from one half: the easier level
+    ({0: 0.9, 1: 0.1}, task_levels.FIRST_AIM, 0),
+    ({0: 0.0}, task_levels.FIRST_AIM, 0),
+    ({0: 0.62, 1: 0.44}, task_levels.FIRST_AIM, 1),
+    ({0: 0.62, 1: 0.44, 2: 0.25}, task_levels.AIM, 2),  # nearest 0.3
+    ({0: 0.9, 1: 0.5, 2: 0.15}, task_levels.AIM, 2),  # 0.15 is nearer 0.3 than 0.5 is
+    ({0: 0.19}, task_levels.AIM, 0),
+    ({0: 0.35, 1: 0.25}, task_levels.AIM, 0),  # the same distance: the easier level
 ])
-def test_the_level_solved_nearest_half_the_time_is_chosen(rates, level):
-    assert task_levels.choose(rates) == level
+def test_the_level_solved_nearest_the_aim_is_chosen(rates, aim, level):
+    assert task_levels.choose(rates, aim) == level
 
 
-@pytest.mark.parametrize("rates, top, climb", [
-    ({0: 0.9}, 5, True),
-    ({0: 1.0, 1: 0.8}, 5, False),  # 0.8 is still learnable
-    ({0: 0.3}, 5, False),
-    ({0: 1.0, 1: 1.0}, 1, False),  # no harder level exists
+@pytest.mark.parametrize("rates, top, aim, climb", [
+    ({0: 0.9}, 5, task_levels.FIRST_AIM, True),
+    ({0: 1.0, 1: 0.8}, 5, task_levels.FIRST_AIM, False),  # at the ceiling: learnable
+    ({0: 0.3}, 5, task_levels.FIRST_AIM, False),
+    ({0: 1.0, 1: 1.0}, 1, task_levels.FIRST_AIM, False),  # no harder level exists
+    ({0: 0.62}, 5, task_levels.FIRST_AIM, False),
+    ({0: 0.62}, 5, task_levels.AIM, True),  # above the band's ceiling
+    ({0: 0.94, 1: 0.44}, 5, task_levels.AIM, False),
+    ({0: 0.94, 1: 0.5}, 5, task_levels.AIM, True),
 ])
-def test_probing_climbs_only_past_levels_too_easy_to_learn_from(rates, top, climb):
-    assert task_levels.keep_climbing(rates, top) is climb
+def test_probing_climbs_only_past_levels_solved_too_often(rates, top, aim, climb):
+    assert task_levels.keep_climbing(rates, top, aim) is climb
 
 
 def test_a_level_sets_the_generator_and_its_problems_follow_it():
@@ -70,36 +79,47 @@ class TermCounter:
         pass
 
 
-async def test_calibration_probes_upward_and_stops_at_the_first_learnable_level(tmp_path):
+@pytest.mark.parametrize("aim", [task_levels.AIM, task_levels.FIRST_AIM], ids=["band", "half"])
+async def test_calibration_probes_upward_and_stops_at_the_first_level_not_solved_too_often(tmp_path, aim):
     seed = 11
-    answers = {r["problem"]: r["answer"] for level in range(6) for r in task_levels.rows("chain_sum", 8, seed, level)}
+    answers = {r["problem"]: r["answer"] for level in range(6)
+               for r in task_levels.rows("chain_sum", aim.problems, seed, level)}
     backend = TermCounter(answers, reach=3)
     seen = []
-    result = await task_levels.calibrate(backend, "chain_sum", seed, Sampling(max_tokens=32), tmp_path,
+    result = await task_levels.calibrate(backend, "chain_sum", seed, Sampling(max_tokens=32), tmp_path, aim,
                                          on_probe=lambda level, rate: seen.append((level, rate)))
     # the fake's true rate per level, from the problems the probe wrote
     truth = {}
     for level in result.rates:
         written = (tmp_path / f"probe-level{level}.jsonl").read_text().splitlines()
         problems = [json.loads(line)["problem"] for line in written]
-        assert len(problems) == 8
+        assert len(problems) == aim.problems
         truth[level] = sum(terms(p) <= 3 for p in problems) / len(problems)
     assert result.rates == truth
     assert seen == list(result.rates.items())
     assert truth[0] == truth[1] == 1.0  # two and three terms: too easy, so it climbed
     last = max(result.rates)
-    assert result.rates[last] <= task_levels.LEARNABLE[1]
-    assert all(rate > task_levels.LEARNABLE[1] for level, rate in result.rates.items() if level < last)
-    assert result.level == task_levels.choose(result.rates) and result.rates[result.level] < 1.0
-    assert result.tokens == 13 * 2 * 8 * len(result.rates)  # 2 samples of 8 problems per level, 10 + 3 tokens each
-    assert len(backend.problems) == 8 * len(result.rates)  # one call per problem (n = 2)
+    assert result.rates[last] <= aim.ceiling
+    assert all(rate > aim.ceiling for level, rate in result.rates.items() if level < last)
+    assert result.level == task_levels.choose(result.rates, aim) and result.rates[result.level] < 1.0
+    assert result.aim == aim
+    assert result.tokens == 13 * 2 * aim.problems * len(result.rates)  # 2 samples per problem, 10 + 3 tokens each
+    assert len(backend.problems) == aim.problems * len(result.rates)  # one call per problem (n = 2)
+
+
+def test_the_band_aims_at_harder_levels_than_half_on_the_same_probes():
+    """The measured reason for AIM: a probe read of 0.44 to 0.81 put runs above the band, 0.19 inside it."""
+    for rates in ({0: 0.62, 1: 0.19}, {0: 0.94, 1: 0.69, 2: 0.25}, {0: 0.81, 1: 0.69, 2: 0.31}):
+        assert task_levels.choose(rates, task_levels.AIM) > task_levels.choose(rates, task_levels.FIRST_AIM)
+    assert task_levels.choose({0: 0.19}, task_levels.AIM) == task_levels.choose({0: 0.19}, task_levels.FIRST_AIM)
 
 
 async def test_calibration_stops_after_its_probe_budget(tmp_path):
     seed = 11
     answers = {r["problem"]: r["answer"] for level in range(6) for r in task_levels.rows("chain_sum", 8, seed, level)}
+    budget = task_levels.Aim(target=0.5, ceiling=0.8, problems=8, max_probes=3)
     result = await task_levels.calibrate(TermCounter(answers, reach=99), "chain_sum", seed, Sampling(max_tokens=32),
-                                         tmp_path, max_probes=3)
+                                         tmp_path, budget)
     assert result.rates == {0: 1.0, 1: 1.0, 2: 1.0} and result.level == 0
 
 
@@ -110,7 +130,8 @@ def half_credit(completions, **_):
 
 async def test_partial_credit_is_not_counted_as_solved(tmp_path, monkeypatch):
     monkeypatch.setattr(task_levels, "REWARD", "test_task_levels:half_credit")
-    answers = {r["problem"]: r["answer"] for level in range(6) for r in task_levels.rows("chain_sum", 8, 11, level)}
+    answers = {r["problem"]: r["answer"] for level in range(6)
+               for r in task_levels.rows("chain_sum", task_levels.AIM.problems, 11, level)}
     result = await task_levels.calibrate(TermCounter(answers, reach=99), "chain_sum", 11, Sampling(max_tokens=32),
                                          tmp_path)
     assert result.rates == {0: 0.0} and result.level == 0  # mean reward 0.5, yet no answer was fully right
