@@ -297,9 +297,10 @@ def main() -> None:
                         help="reasoning-gym difficulty: `auto` (probe levels 0, 1, ... and take the one solved nearest "
                              "the aim), `default` (the generator's own settings), or a level number")
     parser.add_argument("--level-aim", choices=AIMS, default="band",
-                        help="with --level auto: `band` (nearest 0.3 of answers right, climbing past levels above "
-                             "0.45; 16 probe problems) or `half` (nearest 0.5, climbing past 0.8; 8 probe problems: "
-                             "the rule of the runs before 2026-11-24)")
+                        help="with --level auto, where to aim (`half`: the rule of the runs before 2026-11-24): "
+                             + "; ".join(f"`{name}` the level solved nearest {a.target}, climbing past levels solved "
+                                         f"more than {a.ceiling}, {a.problems} probe problems"
+                                         for name, a in AIMS.items()))
     parser.add_argument("--base-url")
     parser.add_argument("--model")
     parser.add_argument("--model-file", help="a local GGUF as the policy (embedded engine), e.g. a larger model")
