@@ -93,7 +93,7 @@ def main() -> None:
         tracemalloc.stop()
         select = timed(lambda q: select_items(library, q), asked)
         texts = tuple(i.text for i in library.items)
-        bm25 = _index(texts)[0]
+        bm25 = _index(texts, 0.75)[0]
         everything = timed(lambda q: bm25.get_scores(tokens(q)), asked)  # rank-bm25 scoring every item: the old way
         serving = ServeText(library)
         serve = timed(serving.text, asked)

@@ -10,7 +10,7 @@ import json
 import math
 import re
 from dataclasses import dataclass
-from functools import cached_property
+from functools import cached_property, lru_cache
 from typing import Annotated, Any, Iterable, Literal, Union
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, TypeAdapter, field_validator, model_serializer
@@ -312,11 +312,29 @@ def _is_duplicate(text: str, items: dict[str, Experience], skip: tuple[str, ...]
     return any(" ".join(item.text.lower().split()) == key for item_id, item in items.items() if item_id not in skip)
 
 
+def example_text(problem: str, solution: str) -> str:
+    """A worked example's text: the problem's statement and a verified solution."""
+    return f"Problem: {problem.strip()}\nSolution: {solution.strip()}"
+
+
+def example_parts(text: str) -> tuple[str, str]:
+    """(problem, solution) of a worked example's text; a text not in that form is all problem."""
+    if not text.startswith("Problem: "):
+        return text, ""
+    problem, _, solution = text.removeprefix("Problem: ").partition("\nSolution:")
+    return problem.strip(), solution.strip()
+
+
+def solution_steps(text: str) -> int:
+    """How many lines of working a solution shows: a tokenizer-free measure of its complexity."""
+    return sum(1 for line in text.splitlines() if line.strip())
+
+
 def problems_held_in(library: LibraryVersion, problems: Iterable[Any]) -> list[str]:
     """Ids of the problems the library holds a worked example of (`Problem: <that very text>\nSolution: ...`):
     measured on them, a library can copy its answer, so they are not held-out problems for it."""
-    held = {item.text.removeprefix("Problem: ").split("\nSolution:", 1)[0].strip()
-            for item in library.items if item.kind == "example" and item.text.startswith("Problem: ")}
+    held = {example_parts(item.text)[0] for item in library.items
+            if item.kind == "example" and item.text.startswith("Problem: ")}
     return [p.id for p in problems if p.problem.strip() in held]
 
 
@@ -334,7 +352,8 @@ def approx_tokens(text: str) -> int:
 def select_items(library: LibraryVersion, query: str | None = None) -> tuple[Experience, ...]:
     """The items a request with this text is shown, in id order: one deterministic function of (version, query).
 
-    Examples: the `policy.examples` most relevant to the query (the newest without one). Lessons: the
+    Examples: the `policy.examples` whose problems are most like the query's (the most steps first among
+    equals, and without a query). Lessons: the
     `policy.lessons` most relevant, or all of them. Then the budget: candidates are taken examples first, then
     lessons newest first, and one that would push the estimate past `policy.max_tokens` is left out, so a new
     lesson always gets in and the oldest ones make room.
@@ -342,7 +361,7 @@ def select_items(library: LibraryVersion, query: str | None = None) -> tuple[Exp
     policy = library.policy
     lessons = [i for i in library.items if i.kind == "lesson"]
     examples = [i for i in library.items if i.kind == "example"]
-    chosen_examples = _most_relevant(examples, query, policy.examples)
+    chosen_examples = _most_relevant_examples(examples, query, policy.examples)
     chosen_lessons = _most_relevant(lessons, query, policy.lessons) if policy.lessons else list(reversed(lessons))
     budget = policy.max_tokens
     used, kept, headed = 0, [], set()
@@ -363,6 +382,27 @@ def _most_relevant(items: list[Experience], query: str | None, limit: int) -> li
     if not query:
         return list(reversed(items))[:limit]
     return [items[i] for i in rank([i.text for i in items], query, limit)]
+
+
+def _most_relevant_examples(examples: list[Experience], query: str | None, limit: int) -> list[Experience]:
+    """The worked examples whose problems share the most words with the request; among equals, the one that shows
+    the most steps, then the newest.
+
+    Problems are matched with problems (a solution's words are not the request's), with no length normalization:
+    in a generated task family every problem follows one template, and normalizing by length would show every
+    request the family's shortest, easiest problems. Showing more complex demonstrations is what complexity-based
+    prompting found helps (Fu et al., arXiv 2210.00720)."""
+    if limit <= 0 or not examples:
+        return []
+    problems, steps = _problems_and_steps(tuple(e.text for e in examples))
+    return [examples[i] for i in rank(problems, query or "", limit, length_norm=False, prior=steps)]
+
+
+@lru_cache(maxsize=64)
+def _problems_and_steps(texts: tuple[str, ...]) -> tuple[list[str], list[float]]:
+    """Each worked example's problem and how many steps its solution shows, read once per version's examples."""
+    parts = [example_parts(text) for text in texts]
+    return [problem for problem, _ in parts], [float(solution_steps(solution)) for _, solution in parts]
 
 
 def _line(item: Experience) -> str:

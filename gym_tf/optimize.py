@@ -27,7 +27,7 @@ from gym_tf.evaluate import evaluate
 from gym_tf.learner import (JudgeCalls, LearnerCalls, OpRules, StageReply, consolidate_prompt, group_prompt,
                              summarize_prompt)
 from gym_tf.library import (MAX_EXAMPLE_CHARS, DeleteOp, ExampleOp, LibraryVersion, OpVerdict, Provenance, apply_ops,
-                             problems_held_in, with_policy)
+                             example_text, problems_held_in, solution_steps, with_policy)
 from gym_tf.metrics import paired_difference
 from gym_tf.rollouts import Rollout, build_messages, rollout_many
 from gym_tf.store import RunStore, config_hash, rollout_key
@@ -399,21 +399,23 @@ class Optimizer:
 
     def _worked_examples(self, step: int, batch: list[Problem], groups: dict[str, list[Rollout]],
                          library: LibraryVersion) -> list[tuple[ExampleOp, Provenance]]:
-        """One worked example per problem that has none yet: its shortest answer that the verifier scored correct
-        and that ended on its own (not cut off), if short enough to show. The cap is on the model's solution, not on
-        the problem's statement, which in many task families is long boilerplate; the whole item is still bounded."""
+        """One worked example per problem that has none yet: of its answers that the verifier scored correct, that
+        ended on its own (not cut off) and are short enough to show, the one that shows the most steps (then the
+        shortest). An answer that only states the result demonstrates nothing. The cap is on the model's solution,
+        not on the problem's statement, which in many task families is long boilerplate; the whole item is still
+        bounded."""
         have = {pid for item in library.items if item.kind == "example" for pid in item.provenance.problem_ids}
         out = []
         for problem in batch:
-            correct = [r for r in groups[problem.id] if (r.reward or 0) >= 1 and r.finish_reason != "length"]
-            if problem.id in have or problem.answer is None or not correct:
+            showable = [r for r in groups[problem.id] if (r.reward or 0) >= 1 and r.finish_reason != "length"
+                        and len(r.completion.strip()) <= self.config.max_example_chars
+                        and len(example_text(problem.problem, r.completion)) <= MAX_EXAMPLE_CHARS]
+            if problem.id in have or problem.answer is None or not showable:
                 continue
-            best = min(correct, key=lambda r: (len(r.completion), r.sample))
-            text = f"Problem: {problem.problem.strip()}\nSolution: {best.completion.strip()}"
-            if len(best.completion.strip()) <= self.config.max_example_chars and len(text) <= MAX_EXAMPLE_CHARS:
-                origin = Provenance(step=step, op="example", problem_ids=(problem.id,),
-                                    rollout_ids=(rollout_key(self.run_id, step, problem.id, best.sample),))
-                out.append((ExampleOp(op="example", text=text), origin))
+            best = min(showable, key=lambda r: (-solution_steps(r.completion), len(r.completion), r.sample))
+            origin = Provenance(step=step, op="example", problem_ids=(problem.id,),
+                                rollout_ids=(rollout_key(self.run_id, step, problem.id, best.sample),))
+            out.append((ExampleOp(op="example", text=example_text(problem.problem, best.completion)), origin))
         return out
 
     def _provenance(self, step: int, sources: list[int], proposals: list[tuple[str, Any]],

@@ -138,6 +138,28 @@ def test_worked_examples_are_retrieved_per_problem_deterministically():
     assert text.index(LIBRARY_HEADER) < text.index(EXAMPLES_HEADER) < text.index("[E4]")
 
 
+def test_in_a_template_family_the_examples_shown_are_those_with_the_most_steps_not_the_shortest():
+    def solved(expression, steps):
+        return example(f"Problem: Calculate {expression}.\nSolution: " + "\n".join(f"step {i}" for i in range(steps))
+                       + "\n\\boxed{0}")
+    lib, _ = apply_ops(EMPTY_LIBRARY, [solved("1 + 2 + 3 + 4", 4), solved("0 - 2", 1), solved("5 * 6 - 7", 3),
+                                      solved("8 / 1", 1)], step=1)
+    assert [i.id for i in select_items(lib, "Calculate 31 + 12 - 9 + 40.")] == ["E1", "E3"]
+    assert [i.id for i in select_items(lib, None)] == ["E1", "E3"]
+    # a problem sharing a number with the request still comes first: relevance, then steps
+    assert [i.id for i in select_items(lib, "Calculate 8 + 15 + 22.")] == ["E1", "E4"]
+
+
+def test_examples_are_matched_on_their_problem_not_their_solution():
+    lib, _ = apply_ops(EMPTY_LIBRARY, [
+        example("Problem: How many legs do 3 spiders have?\nSolution: 3 * 8 = 24.\n\\boxed{24}"),
+        example("Problem: Sort 9, 4, 7 in ascending order.\nSolution: Not how many legs 6 spiders have: how do the "
+                "numbers compare?\nSo 4, 7, 9.\n\\boxed{4, 7, 9}")], step=1)
+    lib = with_policy(lib, RenderPolicy(examples=1))
+    assert [i.id for i in select_items(lib, "How many legs do 6 spiders have?")] == ["E1"]
+    assert [i.id for i in select_items(lib, "Sort 3, 8, 1 in ascending order.")] == ["E2"]
+
+
 def test_retrieved_lessons_are_the_most_relevant():
     lib, _ = apply_ops(EMPTY_LIBRARY, [add("For sorting, compare numbers digit by digit."),
                                       add("For animal legs, multiply count by legs per animal."),

@@ -63,7 +63,7 @@ async def test_homogeneous_groups_cost_no_learner_calls(store, quickstart):
     _, result = await run(store, perfect, SMALL.model_copy(update={"worked_examples": True}))
     assert result.progress.groups_skipped == 16 and result.progress.groups_used == 0
     assert {c["stage"] for c in perfect.calls} == {"solve"}
-    # no lesson and no learner call; each solved problem left one worked example, its shortest verified answer
+    # no lesson and no learner call; each solved problem left one worked example of its verified answers
     assert {i.kind for i in result.library.items} == {"example"}
     assert len(result.library.items) == len({i.provenance.problem_ids for i in result.library.items}) == 8
 
@@ -98,6 +98,32 @@ async def test_a_worked_example_is_capped_on_its_solution_not_its_statement(tmp_
     assert len(examples) == int(kept)
     if kept:
         assert examples[0].text.endswith("\\boxed{5}") and problem in examples[0].text
+
+
+class Stepwise(ScriptedBackend):
+    """Every answer right; sample i shows i + 1 lines of working, each `width` characters wide."""
+
+    def __init__(self, answers, width):
+        super().__init__(answers, skill=1.0)
+        self.width = width
+
+    async def generate(self, messages, n=1, **sampling):
+        generation = await super().generate(messages, n, **sampling)
+        work = lambda i: "".join(f"line {j} ".ljust(self.width, ".") + "\n" for j in range(i + 1))  # noqa: E731
+        return dataclasses.replace(generation, choices=[dataclasses.replace(c, text=work(i) + c.text)
+                                                        for i, c in enumerate(generation.choices)])
+
+
+@pytest.mark.parametrize("width, steps", [(20, 5), (150, 4)])  # at 150 wide, 4 lines of working pass the 500 cap
+async def test_a_worked_example_is_the_answer_showing_the_most_steps_within_the_cap(tmp_path, width, steps):
+    problem = "What is 2+3?"
+    (tmp_path / "one.jsonl").write_text(json.dumps({"id": "p", "problem": problem, "answer": "5"}) + "\n")
+    config = OptimizeConfig(dataset=str(tmp_path / "one.jsonl"), batch_size=1, group_size=4, epochs=1,
+                            max_example_chars=500)
+    _, result = await run(RunStore(tmp_path / "ws"), Stepwise({problem: "5"}, width), config)
+    [example] = [i for i in result.library.items if i.kind == "example"]
+    solution = example.text.split("\nSolution: ", 1)[1]
+    assert len(solution.splitlines()) == steps and solution.endswith("\\boxed{5}")
 
 
 async def test_hard_groups_learn_from_the_reference_answer(store, quickstart):
