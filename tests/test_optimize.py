@@ -68,18 +68,27 @@ async def test_homogeneous_groups_cost_no_learner_calls(store, quickstart):
     assert len(result.library.items) == len({i.provenance.problem_ids for i in result.library.items}) == 8
 
 
-class Wordy(ScriptedBackend):
-    """Every answer padded to `length` characters of working before its (right) boxed result."""
+class Working(ScriptedBackend):
+    """Every answer right, with `work(sample, answer)` written before its boxed result."""
 
-    def __init__(self, answers, length):
+    def __init__(self, answers, work):
         super().__init__(answers, skill=1.0)
-        self.length = length
+        self.work = work
 
     async def generate(self, messages, n=1, **sampling):
         generation = await super().generate(messages, n, **sampling)
-        pad = lambda text: "w" * max(0, self.length - len(text)) + text  # noqa: E731
-        return dataclasses.replace(generation, choices=[dataclasses.replace(c, text=pad(c.text))
-                                                        for c in generation.choices])
+        return dataclasses.replace(generation, choices=[dataclasses.replace(c, text=self.work(i, c.text) + c.text)
+                                                        for i, c in enumerate(generation.choices)])
+
+
+def wordy(length):
+    """Every answer padded to `length` characters."""
+    return lambda sample, answer: "w" * max(0, length - len(answer))
+
+
+def stepwise(width):
+    """Sample i shows i + 1 lines of working, each `width` characters wide."""
+    return lambda sample, answer: "".join(f"line {j} ".ljust(width, ".") + "\n" for j in range(sample + 1))
 
 
 @pytest.mark.parametrize("statement, solution, kept", [
@@ -92,26 +101,12 @@ async def test_a_worked_example_is_capped_on_its_solution_not_its_statement(tmp_
     (tmp_path / "long.jsonl").write_text(json.dumps({"id": "p", "problem": problem, "answer": "5"}) + "\n")
     config = OptimizeConfig(dataset=str(tmp_path / "long.jsonl"), batch_size=1, group_size=2, epochs=1,
                             max_example_chars=500)
-    _, result = await run(RunStore(tmp_path / "ws"), Wordy({problem: "5"}, solution), config)
+    _, result = await run(RunStore(tmp_path / "ws"), Working({problem: "5"}, wordy(solution)), config)
     examples = [i for i in result.library.items if i.kind == "example"]
     assert len(problem) == statement + 1
     assert len(examples) == int(kept)
     if kept:
         assert examples[0].text.endswith("\\boxed{5}") and problem in examples[0].text
-
-
-class Stepwise(ScriptedBackend):
-    """Every answer right; sample i shows i + 1 lines of working, each `width` characters wide."""
-
-    def __init__(self, answers, width):
-        super().__init__(answers, skill=1.0)
-        self.width = width
-
-    async def generate(self, messages, n=1, **sampling):
-        generation = await super().generate(messages, n, **sampling)
-        work = lambda i: "".join(f"line {j} ".ljust(self.width, ".") + "\n" for j in range(i + 1))  # noqa: E731
-        return dataclasses.replace(generation, choices=[dataclasses.replace(c, text=work(i) + c.text)
-                                                        for i, c in enumerate(generation.choices)])
 
 
 @pytest.mark.parametrize("width, steps", [(20, 5), (150, 4)])  # at 150 wide, 4 lines of working pass the 500 cap
@@ -120,7 +115,7 @@ async def test_a_worked_example_is_the_answer_showing_the_most_steps_within_the_
     (tmp_path / "one.jsonl").write_text(json.dumps({"id": "p", "problem": problem, "answer": "5"}) + "\n")
     config = OptimizeConfig(dataset=str(tmp_path / "one.jsonl"), batch_size=1, group_size=4, epochs=1,
                             max_example_chars=500)
-    _, result = await run(RunStore(tmp_path / "ws"), Stepwise({problem: "5"}, width), config)
+    _, result = await run(RunStore(tmp_path / "ws"), Working({problem: "5"}, stepwise(width)), config)
     [example] = [i for i in result.library.items if i.kind == "example"]
     solution = example.text.split("\nSolution: ", 1)[1]
     assert len(solution.splitlines()) == steps and solution.endswith("\\boxed{5}")
