@@ -72,7 +72,8 @@ def test_a_lesson_is_advice_in_words_not_one_problems_result():
         assert OpAdapter.validate_python({"op": "add", "text": advice}).text == advice
 
 
-LIBRARY, ATTEMPTS = "not an instruction about the library", "no attempts to refer to"
+LIBRARY, ATTEMPTS, ECHO = ("not an instruction about the library", "no attempts to refer to",
+                           "not the instructions copied back")
 
 
 @pytest.mark.parametrize("text, refusal", [
@@ -86,7 +87,17 @@ LIBRARY, ATTEMPTS = "not an instruction about the library", "no attempts to refe
     ("Attempt 3 forgot the carry: carry the tens.", ATTEMPTS),
     ("As in attempt #1, write each partial sum.", ATTEMPTS),
     ("Unlike the other attempts, it checked the sign.", ATTEMPTS),
+    # the 0.5B learner in the README's main command (its apples kept out: the numbers rule is not under test here)
+    ("Summarize the attempt for a teacher, in at most 5 short lines: the approach, the key steps, which listed "
+     "experiences it used (by id) if any, and where it went wrong if it did. The number he has now is <a new lesson>.",
+     ECHO),
+    ("Summarize the attempt for a teacher, in at most five lines.", ECHO),  # a run of six words, no blank
+    ("Subtract first, then the result is <a new lesson>.", ECHO),  # a blank left unfilled
+    # the 0.5B learner on chain_sum (stop 31): the extract prompt's own sentence
+    ("Propose at most 2 operations on the library. A lesson is a general strategy that would help on OTHER problems.",
+     ECHO),
     ("Add a running total after each step.", None),
+    ("Reason step by step and box the final answer.", None),  # near the solve prompt, but in its own words
     ("Write a short check of each step before the answer.", None),
     ("Add the numbers first as a general rule.", None),
     ("Add the two smallest numbers first, then the rest.", None),
@@ -97,7 +108,7 @@ LIBRARY, ATTEMPTS = "not an instruction about the library", "no attempts to refe
     ("If your previous attempt at factoring failed, try grouping terms.", None),
     ("Make one attempt at estimating before computing exactly.", None),
 ])
-def test_a_lesson_is_advice_to_the_solver_not_about_the_library_or_the_compared_attempts(text, refusal):
+def test_a_lesson_is_advice_to_the_solver_not_about_the_library_the_attempts_or_our_prompts(text, refusal):
     if refusal:
         with pytest.raises(ValidationError, match=refusal):
             OpAdapter.validate_python({"op": "add", "text": text})

@@ -121,6 +121,26 @@ async def test_a_worked_example_is_the_answer_showing_the_most_steps_within_the_
     assert len(solution.splitlines()) == steps and solution.endswith("\\boxed{5}")
 
 
+CODE = "Compute it in Python.\n```python\n" + "x = 2\n" * 8 + "print(x + 3)\n```\n"
+ANSWERS_WITH_CODE = [
+    "First 2.\nThen 3.\n",  # 2 lines of working in prose
+    CODE + "```output\n5\n```\n",  # the most lines, but an output block the model wrote itself: never shown
+    CODE,  # a program nobody ran: its code is not working the reader can follow (1 line)
+    "Start from 2.\nAdd 3.\nThat is 5.\n",  # 3 lines in prose: kept
+]
+
+
+async def test_a_worked_example_shows_working_in_prose_not_code_or_its_invented_output(tmp_path):
+    problem = "What is 2+3?"
+    (tmp_path / "one.jsonl").write_text(json.dumps({"id": "p", "problem": problem, "answer": "5"}) + "\n")
+    config = OptimizeConfig(dataset=str(tmp_path / "one.jsonl"), batch_size=1, group_size=4, epochs=1,
+                            max_example_chars=500)
+    backend = Working({problem: "5"}, lambda sample, answer: ANSWERS_WITH_CODE[sample])
+    _, result = await run(RunStore(tmp_path / "ws"), backend, config)
+    [example] = [i for i in result.library.items if i.kind == "example"]
+    assert example.text.split("\nSolution: ", 1)[1].startswith(ANSWERS_WITH_CODE[3])
+
+
 async def test_hard_groups_learn_from_the_reference_answer(store, quickstart):
     hopeless = ScriptedBackend({p.problem: p.answer for p in quickstart}, skill=0.0)
     _, result = await run(store, hopeless, SMALL.model_copy(update={"hard_groups": "reference", "epochs": 1}))

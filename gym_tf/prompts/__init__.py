@@ -2,8 +2,15 @@
 
 from __future__ import annotations
 
+import re
 from functools import cache
 from importlib import resources
+
+ECHO_WORDS = 6  # a run of this many words taken from a template is the prompt echoed back, not the model's own text
+
+_WORD = re.compile(r"\w+")
+_SLOT = re.compile(r"\{\{.*?\}\}|\{[a-z_]*\}")  # JSON shown in a template, and the str.format slots
+_PLACEHOLDER = re.compile(r"<[^<>{}\n]{1,40}>")  # "<a new lesson>": a blank the reply was to fill
 
 
 @cache
@@ -13,3 +20,37 @@ def template(name: str) -> str:
 
 def render(name: str, **slots: object) -> str:
     return template(name).format(**slots)
+
+
+@cache
+def _names() -> tuple[str, ...]:
+    return tuple(sorted(f.name.removesuffix(".txt") for f in resources.files(__package__).iterdir()
+                        if f.name.endswith(".txt")))
+
+
+@cache
+def _phrases() -> frozenset[tuple[str, ...]]:
+    out = set()
+    for name in _names():
+        for part in _SLOT.split(template(name)):  # a run never spans a slot: the filled text is not ours
+            words = [w.lower() for w in _WORD.findall(part)]
+            out.update(tuple(words[i:i + ECHO_WORDS]) for i in range(len(words) - ECHO_WORDS + 1))
+    return frozenset(out)
+
+
+@cache
+def _placeholders() -> frozenset[str]:
+    return frozenset(p for name in _names() for p in _PLACEHOLDER.findall(template(name)))
+
+
+def copied_from_prompts(text: str) -> str | None:
+    """The part of `text` copied from gym-tf's own prompts, if any: a blank left unfilled ("<a new lesson>") or a run
+    of `ECHO_WORDS` words of a template. A 0.5B learner, asked for a lesson, answered with the summarize prompt's
+    first sentence followed by "... is <a new lesson>." (the README's main command); a solver reads such text as
+    noise."""
+    blank = next((p for p in _placeholders() if p in text), None)
+    if blank:
+        return blank
+    words = [w.lower() for w in _WORD.findall(text)]
+    return next((" ".join(words[i:i + ECHO_WORDS]) for i in range(len(words) - ECHO_WORDS + 1)
+                 if tuple(words[i:i + ECHO_WORDS]) in _phrases()), None)
