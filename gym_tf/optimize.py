@@ -27,8 +27,7 @@ from gym_tf.evaluate import evaluate
 from gym_tf.learner import (JudgeCalls, LearnerCalls, OpRules, StageReply, consolidate_prompt, group_prompt,
                              summarize_prompt)
 from gym_tf.library import (MAX_EXAMPLE_CHARS, DeleteOp, ExampleOp, LibraryVersion, OpVerdict, Provenance, apply_ops,
-                             example_text, problems_held_in, shows_unrun_output, solution_steps,
-                             with_policy)
+                             example_text, problems_held_in, shows_unrun_output, solution_steps, with_policy)
 from gym_tf.metrics import paired_difference
 from gym_tf.rollouts import Rollout, build_messages, rollout_many
 from gym_tf.store import RunStore, config_hash, rollout_key
@@ -402,9 +401,9 @@ class Optimizer:
                          library: LibraryVersion) -> list[tuple[ExampleOp, Provenance]]:
         """One worked example per problem that has none yet: of its answers that the verifier scored correct, that
         ended on its own (not cut off), show no output of code they never ran, and are short enough to show, the one
-        that shows the most steps (then the shortest). An answer that only states the result demonstrates nothing. The cap is on the model's solution,
-        not on the problem's statement, which in many task families is long boilerplate; the whole item is still
-        bounded."""
+        that shows the most steps (then the shortest). An answer that only states the result demonstrates nothing.
+        The cap is on the model's solution, not on the problem's statement, which in many task families is long
+        boilerplate; the whole item is still bounded."""
         have = {pid for item in library.items if item.kind == "example" for pid in item.provenance.problem_ids}
         out = []
         for problem in batch:

@@ -109,15 +109,21 @@ async def test_a_worked_example_is_capped_on_its_solution_not_its_statement(tmp_
         assert examples[0].text.endswith("\\boxed{5}") and problem in examples[0].text
 
 
-@pytest.mark.parametrize("width, steps", [(20, 5), (150, 4)])  # at 150 wide, 4 lines of working pass the 500 cap
-async def test_a_worked_example_is_the_answer_showing_the_most_steps_within_the_cap(tmp_path, width, steps):
+async def kept_solution(tmp_path, work):
+    """The solution of the one worked example kept from four right answers to "What is 2+3?", each written by
+    `work` (as in `Working`), within a 500-character cap."""
     problem = "What is 2+3?"
     (tmp_path / "one.jsonl").write_text(json.dumps({"id": "p", "problem": problem, "answer": "5"}) + "\n")
     config = OptimizeConfig(dataset=str(tmp_path / "one.jsonl"), batch_size=1, group_size=4, epochs=1,
                             max_example_chars=500)
-    _, result = await run(RunStore(tmp_path / "ws"), Working({problem: "5"}, stepwise(width)), config)
+    _, result = await run(RunStore(tmp_path / "ws"), Working({problem: "5"}, work), config)
     [example] = [i for i in result.library.items if i.kind == "example"]
-    solution = example.text.split("\nSolution: ", 1)[1]
+    return example.text.split("\nSolution: ", 1)[1]
+
+
+@pytest.mark.parametrize("width, steps", [(20, 5), (150, 4)])  # at 150 wide, 4 lines of working pass the 500 cap
+async def test_a_worked_example_is_the_answer_showing_the_most_steps_within_the_cap(tmp_path, width, steps):
+    solution = await kept_solution(tmp_path, stepwise(width))
     assert len(solution.splitlines()) == steps and solution.endswith("\\boxed{5}")
 
 
@@ -131,14 +137,8 @@ ANSWERS_WITH_CODE = [
 
 
 async def test_a_worked_example_shows_working_in_prose_not_code_or_its_invented_output(tmp_path):
-    problem = "What is 2+3?"
-    (tmp_path / "one.jsonl").write_text(json.dumps({"id": "p", "problem": problem, "answer": "5"}) + "\n")
-    config = OptimizeConfig(dataset=str(tmp_path / "one.jsonl"), batch_size=1, group_size=4, epochs=1,
-                            max_example_chars=500)
-    backend = Working({problem: "5"}, lambda sample, answer: ANSWERS_WITH_CODE[sample])
-    _, result = await run(RunStore(tmp_path / "ws"), backend, config)
-    [example] = [i for i in result.library.items if i.kind == "example"]
-    assert example.text.split("\nSolution: ", 1)[1].startswith(ANSWERS_WITH_CODE[3])
+    solution = await kept_solution(tmp_path, lambda sample, answer: ANSWERS_WITH_CODE[sample])
+    assert solution.startswith(ANSWERS_WITH_CODE[3])
 
 
 async def test_hard_groups_learn_from_the_reference_answer(store, quickstart):
