@@ -113,7 +113,7 @@ async def one_family(family: str, args: argparse.Namespace, out: Path) -> dict:
             batch_size=args.batch_size, group_size=args.group_size, seed=args.seed, summarize=args.summarize,
             hard_groups=args.hard_groups, examples_per_prompt=args.examples, worked_examples=args.examples > 0,
             retrieve_lessons=args.retrieve_lessons, rollout=rollout, backend=backend_config, learner=learner_config,
-            prune=args.prune,
+            prune=args.prune, learner_examples=args.learner_examples,
         )
 
         def progress(p):
@@ -286,6 +286,9 @@ def main() -> None:
     parser.add_argument("--group-size", type=int, default=4)
     parser.add_argument("--examples", type=int, default=2, help="worked examples per prompt (0: lessons only)")
     parser.add_argument("--retrieve-lessons", type=int, default=None)
+    parser.add_argument("--learner-examples", type=int, default=0,
+                        help="where no answer of the policy is fit to show, the learner's answers (this many) can be "
+                             "the worked example")
     parser.add_argument("--summarize", action=argparse.BooleanOptionalAction, default=False)
     parser.add_argument("--hard-groups", default="skip")
     parser.add_argument("--prune", action=argparse.BooleanOptionalAction, default=True,

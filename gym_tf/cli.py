@@ -261,6 +261,9 @@ def optimize(
     retrieve_lessons: Annotated[Optional[int], typer.Option(help="show each problem only its N most relevant lessons")] = None,
     examples_per_prompt: Annotated[int, typer.Option(help="worked examples shown per problem (most relevant first)")] = 2,
     worked_examples: Annotated[bool, typer.Option(help="keep verified correct answers as worked examples")] = True,
+    learner_examples: Annotated[int, typer.Option(help="where the model answered a problem right in no showable way, "
+                                                       "the learner answers it N times; a verified answer becomes "
+                                                       "the worked example")] = 0,
     temperature: float = 0.7,
     summarize: Annotated[bool, typer.Option(help="summarize each rollout first (paper's design)")] = True,
     hard_groups: Annotated[str, typer.Option(help="all-fail groups: skip | reference")] = "skip",
@@ -315,7 +318,7 @@ def optimize(
             batch_size=batch_size, group_size=group_size, seed=seed, reward=reward, val_dataset=val_dataset,
             val_samples=val_samples, prune=prune, max_tokens=max_tokens, max_library_tokens=max_library_tokens,
             retrieve_lessons=retrieve_lessons, examples_per_prompt=examples_per_prompt, worked_examples=worked_examples,
-            summarize=summarize, hard_groups=hard_groups,
+            learner_examples=learner_examples, summarize=summarize, hard_groups=hard_groups,
             rollout=RolloutConfig(temperature=temperature, max_completion_tokens=max_completion_tokens),
             backend=backend_config(backend, base_url, model, api_key, model_file, concurrency, timeout), learner=learner,
         )

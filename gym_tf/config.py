@@ -67,6 +67,9 @@ class OptimizeConfig(BaseModel):
                                   "as worked examples")
     max_example_chars: int = Field(900, ge=100, le=1600, description="longest solution kept as a worked example, "
                                    "in characters (its problem's statement not counted; the whole item is at most 1600)")
+    learner_examples: int = Field(0, ge=0, le=16, description="where none of the model's answers to a problem is fit "
+                                  "to show, the learner answers it this many times and a verified answer becomes the "
+                                  "worked example (0: off; meant for a stronger learner)")
     val_dataset: str | None = Field(None, description="held-out problems; a step is kept only if it scores at least as well on them")
     val_samples: int = Field(4, ge=1, description="samples per validation problem")
     prune: bool = Field(False, description="after the last step, leave each item out in turn on validation (its "

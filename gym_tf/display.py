@@ -10,6 +10,7 @@ from gym_tf.library import LibraryVersion, short
 from gym_tf.library_io import LibraryDiff
 from gym_tf.metrics import Metrics
 from gym_tf.optimize import Progress
+from gym_tf.store import LEARNER_ANSWER
 
 
 def metrics_table(metrics: Metrics, title: str) -> Table:
@@ -79,7 +80,9 @@ def library_table(library: LibraryVersion, status: str = "") -> Table:
     table.add_column("from", overflow="fold")
     for item in library.items:
         origin = item.provenance
-        table.add_row(item.id, item.kind, Text(item.text), f"step {origin.step} {origin.op} {', '.join(origin.problem_ids)}")
+        by = " by the learner" if any(f"/{LEARNER_ANSWER}" in key for key in origin.rollout_ids) else ""
+        table.add_row(item.id, item.kind, Text(item.text),
+                      f"step {origin.step} {origin.op}{by} {', '.join(origin.problem_ids)}")
     return table
 
 

@@ -40,18 +40,35 @@ def repeats_problem(text: str, numbers: frozenset[str]) -> list[str]:
     return repeated if long or len(repeated) >= 2 else []
 
 
+# "The approach is to use Python's built-in functions to handle calculations." (the 0.5B learner, four such lessons in
+# the README's main command): a solver asked in text runs no code, so such advice makes it write a program and invent
+# its output (stored rollouts: right 23% of the time with an invented output block, 49% without). Where the problems
+# themselves are about code (a coding assistant's traffic), code is the answer, and advice about it is welcome.
+CODE_TOOL = re.compile(r"\b(?:python|javascript|code|coding|programs?|programming|scripts?|calculators?|built-ins?|"
+                       r"numpy|sympy|pandas)\b", re.IGNORECASE)
+
+
+def names_code_tool(text: str) -> str | None:
+    found = CODE_TOOL.search(text)
+    return found.group(0) if found else None
+
+
 @dataclass(frozen=True)
 class OpRules:
-    """What a reply's ops may name and say beyond the ops schema: only the ids of the library's lessons, and not the
-    numbers of a problem they were learned from. The schema holds the first where decoding is constrained; both are
-    checked on every reply, and a reply that breaks one is asked again with the reason."""
+    """What a reply's ops may name and say beyond the ops schema: only the ids of the library's lessons, not the
+    numbers of a problem they were learned from, and no code unless the problems are about code. The schema holds the
+    first where decoding is constrained; all are checked on every reply, and a reply that breaks one is asked again
+    with the reason."""
 
     ids: tuple[str, ...] = ()
     numbers: tuple[frozenset[str], ...] = ()  # one set per problem
+    about_code: bool = False  # whether any of the problems names code: only then may a lesson name it
 
     @classmethod
     def of(cls, library: LibraryVersion, problems: Iterable[Problem] = ()) -> OpRules:
-        return cls(tuple(i.id for i in library.items if i.kind == "lesson"), tuple(numbers_of(p) for p in problems))
+        problems = list(problems)
+        return cls(tuple(i.id for i in library.items if i.kind == "lesson"), tuple(numbers_of(p) for p in problems),
+                   any(names_code_tool(p.problem) for p in problems))
 
     def schema(self, max_ops: int) -> dict[str, Any]:
         return ops_schema(max_ops, self.ids)
@@ -68,6 +85,10 @@ class OpRules:
                 if repeated:
                     return (f"the lesson at operations.{n} repeats the problem's numbers ({', '.join(repeated)}): "
                             "state the general rule, without them")
+            tool = None if self.about_code else names_code_tool(getattr(op, "text", ""))
+            if tool:
+                return (f"the lesson at operations.{n} names {tool}, but the solver runs no code and these problems "
+                        "are not about code: give advice for working it out in words")
         return None
 
 

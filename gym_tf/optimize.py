@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import random
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Iterator
 
 from gym_tf.backends import Backend
@@ -30,7 +30,7 @@ from gym_tf.library import (MAX_EXAMPLE_CHARS, DeleteOp, ExampleOp, LibraryVersi
                              example_text, problems_held_in, shows_unrun_output, solution_steps, with_policy)
 from gym_tf.metrics import paired_difference
 from gym_tf.rollouts import Rollout, build_messages, rollout_many
-from gym_tf.store import RunStore, config_hash, rollout_key
+from gym_tf.store import LEARNER_ANSWER, RunStore, config_hash, rollout_key
 from rewards import ANSWER_FREE, load_reward
 from rewards.feedback import FeedbackReward
 from rewards.judge import FeedbackJudge
@@ -170,8 +170,10 @@ class Optimizer:
         # --- rollout and reward: G answers per problem, each group stored the moment it is scored
         groups = await self._rollouts(epoch, step, batch, library)
 
-        # --- worked examples: a verified answer of the model's own, for problems the library has none for yet
-        examples = self._worked_examples(step, batch, groups, library) if cfg.worked_examples else []
+        # --- worked examples: a verified answer of the model's own, for problems the library has none for yet; where
+        # the model answered none right, optionally one of the learner's (a stronger model's), verified the same way
+        learners = await self._learner_answers(epoch, step, batch, groups, library) if cfg.learner_examples else {}
+        examples = self._worked_examples(step, batch, groups, learners, library) if cfg.worked_examples else []
 
         # --- skip homogeneous groups: all-equal rewards carry no relative signal (unless hard_groups says otherwise)
         used, hard = [], []
@@ -397,25 +399,57 @@ class Optimizer:
         self._count_tokens()
         return scores
 
+    def _showable(self, problem: Problem, group: list[Rollout]) -> list[Rollout]:
+        """The answers fit to be a worked example: scored correct by the verifier, ended on their own (not cut off),
+        showing no output of code they never ran, and short enough to show. The cap is on the solution, not on the
+        problem's statement, which in many task families is long boilerplate; the whole item is still bounded."""
+        return [r for r in group if (r.reward or 0) >= 1 and r.finish_reason != "length"
+                and not shows_unrun_output(r.completion) and len(r.completion.strip()) <= self.config.max_example_chars
+                and len(example_text(problem.problem, r.completion)) <= MAX_EXAMPLE_CHARS]
+
+    async def _learner_answers(self, epoch: int, step: int, batch: list[Problem], groups: dict[str, list[Rollout]],
+                               library: LibraryVersion) -> dict[str, list[Rollout]]:
+        """`learner_examples` answers by the learner to each problem that has no worked example yet and none of the
+        model's answers fit to be one, graded by the same reward and stored like rollouts (problem id `learner/...`),
+        so a resumed run pays for none twice. A small model that solves almost nothing gets someone's verified
+        working to read."""
+        cfg = self.config
+        have = _examples_held(library)
+        todo = [p for p in batch if p.answer is not None and p.id not in have and not self._showable(p, groups[p.id])]
+        stored: dict[str, list[Rollout]] = {}
+        for r in self.store.rollouts(self.run_id, step):
+            if r.problem_id.startswith(LEARNER_ANSWER):
+                stored.setdefault(r.problem_id.removeprefix(LEARNER_ANSWER), []).append(r)
+        complete = {p.id: stored[p.id] for p in todo if len(stored.get(p.id, [])) == cfg.learner_examples}
+
+        def keep(problem: Problem, group: list[Rollout]) -> None:
+            renamed = [replace(r, problem_id=LEARNER_ANSWER + r.problem_id) for r in group]
+            self.store.put_rollouts(self.run_id, epoch, step, renamed)
+
+        fresh = await rollout_many(self.learner_backend, [p for p in todo if p.id not in complete], library,
+                                   cfg.learner_examples, cfg.rollout.sampling(), self.reward, cfg.seed,
+                                   f"learner:{epoch}", on_group=keep)
+        return {**complete, **fresh}
+
     def _worked_examples(self, step: int, batch: list[Problem], groups: dict[str, list[Rollout]],
+                         learners: dict[str, list[Rollout]],
                          library: LibraryVersion) -> list[tuple[ExampleOp, Provenance]]:
-        """One worked example per problem that has none yet: of its answers that the verifier scored correct, that
-        ended on its own (not cut off), show no output of code they never ran, and are short enough to show, the one
-        that shows the most steps (then the shortest). An answer that only states the result demonstrates nothing.
-        The cap is on the model's solution, not on the problem's statement, which in many task families is long
-        boilerplate; the whole item is still bounded."""
-        have = {pid for item in library.items if item.kind == "example" for pid in item.provenance.problem_ids}
+        """One worked example per problem that has none yet: of its showable answers, the model's own if it has any,
+        else the learner's, the one that shows the most steps (then the shortest). An answer that only states the
+        result demonstrates nothing."""
+        have = _examples_held(library)
         out = []
         for problem in batch:
-            showable = [r for r in groups[problem.id] if (r.reward or 0) >= 1 and r.finish_reason != "length"
-                        and not shows_unrun_output(r.completion)
-                        and len(r.completion.strip()) <= self.config.max_example_chars
-                        and len(example_text(problem.problem, r.completion)) <= MAX_EXAMPLE_CHARS]
-            if problem.id in have or problem.answer is None or not showable:
+            if problem.id in have or problem.answer is None:
+                continue
+            own = self._showable(problem, groups[problem.id])
+            showable, prefix = (own, "") if own else (self._showable(problem, learners.get(problem.id, [])),
+                                                      LEARNER_ANSWER)
+            if not showable:
                 continue
             best = min(showable, key=lambda r: (-solution_steps(r.completion), len(r.completion), r.sample))
             origin = Provenance(step=step, op="example", problem_ids=(problem.id,),
-                                rollout_ids=(rollout_key(self.run_id, step, problem.id, best.sample),))
+                                rollout_ids=(rollout_key(self.run_id, step, prefix + problem.id, best.sample),))
             out.append((ExampleOp(op="example", text=example_text(problem.problem, best.completion)), origin))
         return out
 
@@ -444,6 +478,11 @@ class Optimizer:
 
     def _notify(self) -> None:
         self.on_progress(self.progress)
+
+
+def _examples_held(library: LibraryVersion) -> set[str]:
+    """The problems the library already holds a worked example of."""
+    return {pid for item in library.items if item.kind == "example" for pid in item.provenance.problem_ids}
 
 
 def _mean(values: Any) -> float:

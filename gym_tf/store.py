@@ -47,6 +47,9 @@ def config_hash(config: dict[str, Any]) -> str:
     return hashlib.sha256(json.dumps(config, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
 
 
+LEARNER_ANSWER = "learner/"  # the problem id prefix of the learner's answers, stored beside the model's rollouts
+
+
 def rollout_key(run_id: str, step: int, problem_id: str, sample: int, version: str = "") -> str:
     """A rollout's key. Validation rollouts name their library version too: a prune step validates several
     versions on the same problems in one step."""
@@ -556,7 +559,8 @@ class RunStore:
         """Prompt and completion tokens per stage, summed from every stored reply."""
         totals: dict[str, dict[str, int]] = {}
         for row in self.db.query(
-            "select case when problem_id like 'val/%' then 'validate' else 'rollout' end as stage, "
+            "select case when problem_id like 'val/%' then 'validate' "
+            "when problem_id like 'learner/%' then 'learner-answer' else 'rollout' end as stage, "
             "sum(prompt_tokens) p, sum(completion_tokens) c from rollouts where run_id = ? group by 1 "
             "union all select stage, sum(prompt_tokens), sum(completion_tokens) from learner_calls "
             "where run_id = ? group by stage", [run_id, run_id]

@@ -16,7 +16,9 @@ from crash_run import CONFIG, GATED, scripted
 from fakes import ScriptedBackend, default_learner
 from gym_tf.config import OptimizeConfig
 from gym_tf.datasets import Problem, load_dataset
-from gym_tf.learner import numbers_of, repeats_problem
+from gym_tf.display import library_table
+from gym_tf.learner import OpRules, numbers_of, repeats_problem
+from gym_tf.library import AddOp, LibraryVersion
 from gym_tf.library_io import diff_versions
 from gym_tf.optimize import Optimizer, resume_config
 from gym_tf.store import RunStore
@@ -141,6 +143,41 @@ async def test_a_worked_example_shows_working_in_prose_not_code_or_its_invented_
     assert solution.startswith(ANSWERS_WITH_CODE[3])
 
 
+@pytest.mark.parametrize("policy_skill", [0.0, 1.0])
+async def test_the_learner_answers_only_what_the_model_got_wrong_and_its_verified_answer_becomes_the_example(
+        store, quickstart, policy_skill):
+    """`learner_examples`: a small model that solves nothing reads a stronger model's verified working; a model that
+    solves a problem keeps its own, and the learner is not asked."""
+    answers = {p.problem: p.answer for p in quickstart}
+    policy, learner = ScriptedBackend(answers, skill=policy_skill), ScriptedBackend(answers, skill=1.0)
+    config = SMALL.model_copy(update={"epochs": 1, "worked_examples": True, "learner_examples": 2})
+    optimizer, result = await run(store, policy, config, learner_backend=learner)
+    examples = [i for i in result.library.items if i.kind == "example"]
+    learner_solves = [c for c in learner.calls if c["stage"] == "solve"]
+    assert len(examples) == 8  # one per training problem, all verified right
+    if policy_skill == 0.0:
+        assert sum(c["n"] for c in learner_solves) == 8 * 2
+        stored = {r["key"]: r for r in store.db["rollouts"].rows_where("problem_id like 'learner/%'")}
+        assert len(stored) == 16 and all(r["reward"] == 1.0 for r in stored.values())
+        assert all(i.provenance.rollout_ids and set(i.provenance.rollout_ids) <= set(stored) for i in examples)
+        assert store.usage(result.run_id)["learner-answer"]["completion"] > 0
+        assert result.progress.reward_sum == 0  # the learner's answers are not the model's rollouts
+        shown = {row[3] for row in zip(*(c.cells for c in library_table(result.library).columns))}
+        assert all(cell.startswith("step ") and " example by the learner " in cell for cell in shown)
+        # a resumed run finds them stored: the same answers, and not one call paid again
+        step = examples[0].provenance.step
+        batch = [p for p in quickstart
+                 if p.id in {i.provenance.problem_ids[0] for i in examples if i.provenance.step == step}]
+        groups = {p.id: [r for r in store.rollouts(result.run_id, step) if r.problem_id == p.id] for p in batch}
+        again = Optimizer(config, store, policy, learner_backend=learner, run_id=result.run_id)
+        found = await again._learner_answers(0, step, batch, groups, LibraryVersion())
+        assert sum(c["n"] for c in learner.calls if c["stage"] == "solve") == 16
+        assert len(batch) == 4 and {pid: len(g) for pid, g in found.items()} == {p.id: 2 for p in batch}
+    else:
+        assert not any("/learner/" in key for i in examples for key in i.provenance.rollout_ids)
+        assert not learner_solves
+
+
 async def test_hard_groups_learn_from_the_reference_answer(store, quickstart):
     hopeless = ScriptedBackend({p.problem: p.answer for p in quickstart}, skill=0.0)
     _, result = await run(store, hopeless, SMALL.model_copy(update={"hard_groups": "reference", "epochs": 1}))
@@ -256,6 +293,32 @@ async def test_a_reply_that_keeps_naming_unknown_ids_is_recorded_as_rejected(sto
 def test_a_lesson_is_refused_for_repeating_a_problems_numbers(lesson, refused):
     problem = Problem(id="p", problem="Compute 49 + 32 - 3 + 7 + 2 and 1,200.", answer="1287")
     assert repeats_problem(lesson, numbers_of(problem)) == refused
+
+
+@pytest.mark.parametrize("lesson, problem, refused", [
+    ("The approach is to use Python's built-in functions to handle calculations.", "Add 3 and 4.", "Python"),
+    ("Write a short program, then read off its output.", "Add 3 and 4.", "program"),
+    ("Check each step with a calculator.", "Add 3 and 4.", "calculator"),
+    ("Decode the message one letter at a time.", "Decode XYZ with a shift of 1.", None),  # no tool named
+    ("In Python, build the result with a list comprehension.", "Write a Python function that squares a list.", None),
+])
+def test_a_lesson_naming_code_is_refused_unless_the_problems_are_about_code(lesson, problem, refused):
+    """The README's main command learned four lessons like the first (0.5B learner); a solver asked in text runs no
+    code, and answers that write one and invent its output are right half as often."""
+    broken = OpRules.of(LibraryVersion(), [Problem(id="p", problem=problem, answer="7")]).broken_by(
+        [AddOp(op="add", text=lesson)])
+    if refused:
+        assert broken and f"names {refused}, but the solver runs no code" in broken
+    else:
+        assert broken is None
+
+
+async def test_a_lesson_advising_code_is_refused_and_asked_again(store, quickstart):
+    python = json.dumps({"operations": [{"op": "add", "text": "The approach is to use Python's built-in functions "
+                                                             "to handle calculations."}]})
+    result, retry, _ = await asked_again(store, quickstart, "extract", lambda _: python)
+    assert result.library.items and all("Python" not in item.text for item in result.library.items)
+    assert "names Python, but the solver runs no code" in retry
 
 
 async def test_library_diff_shows_exactly_the_ops_applied(store, scripted):
