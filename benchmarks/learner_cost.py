@@ -56,7 +56,8 @@ async def measure(backend, config: OptimizeConfig) -> list[dict]:
 
 def step_rewards(store: RunStore, run_id: str, step: int) -> dict[str, list[float]]:
     groups: dict[str, list[float]] = {}
-    for r in store.db["rollouts"].rows_where("run_id = ? and step = ? and problem_id not like 'val/%'", [run_id, step]):
+    for r in store.db["rollouts"].rows_where("run_id = ? and step = ? and problem_id not like 'val/%' "
+                                               "and problem_id not like 'learner/%'", [run_id, step]):
         groups.setdefault(r["problem_id"], []).append(r["reward"] or 0.0)
     return groups
 

@@ -98,6 +98,8 @@ class OptimizeConfig(BaseModel):
             del data["traffic"]  # dataset runs keep the config hash they had before traffic runs existed
         if not self.prune:
             del data["prune"]  # likewise for runs without the prune step
+        if not self.learner_examples:
+            del data["learner_examples"]  # and for runs where the learner answers no problem
         return data
 
     def render_policy(self) -> RenderPolicy:

@@ -10,7 +10,7 @@ from gym_tf.library import LibraryVersion, short
 from gym_tf.library_io import LibraryDiff
 from gym_tf.metrics import Metrics
 from gym_tf.optimize import Progress
-from gym_tf.store import LEARNER_ANSWER
+from gym_tf.store import learner_answer
 
 
 def metrics_table(metrics: Metrics, title: str) -> Table:
@@ -80,7 +80,7 @@ def library_table(library: LibraryVersion, status: str = "") -> Table:
     table.add_column("from", overflow="fold")
     for item in library.items:
         origin = item.provenance
-        by = " by the learner" if any(f"/{LEARNER_ANSWER}" in key for key in origin.rollout_ids) else ""
+        by = " by the learner" if any(learner_answer(key) for key in origin.rollout_ids) else ""
         table.add_row(item.id, item.kind, Text(item.text),
                       f"step {origin.step} {origin.op}{by} {', '.join(origin.problem_ids)}")
     return table

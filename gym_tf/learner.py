@@ -44,13 +44,22 @@ def repeats_problem(text: str, numbers: frozenset[str]) -> list[str]:
 # the README's main command): a solver asked in text runs no code, so such advice makes it write a program and invent
 # its output (stored rollouts: right 23% of the time with an invented output block, 49% without). Where the problems
 # themselves are about code (a coding assistant's traffic), code is the answer, and advice about it is welcome.
-CODE_TOOL = re.compile(r"\b(?:python|javascript|code|coding|programs?|programming|scripts?|calculators?|built-ins?|"
-                       r"numpy|sympy|pandas)\b", re.IGNORECASE)
+# A heuristic: a verb of using before the tool; "Do not write code" and "Never use a calculator" are fine advice.
+_USES_CODE = re.compile(r"\b(?:use|uses|using|write|writing|run|running|call|calling|import|with|in|via)\s+"
+                        r"(?:\w+\s+){0,2}?(?:python|javascript|code|programs?|scripts?|calculators?|numpy|sympy|"
+                        r"built-in\s+(?:functions?|librar(?:y|ies)|data))\b", re.IGNORECASE)
+_NEGATED = re.compile(r"\b(?:not|never|without|avoid|avoiding|don't|no|instead\s+of|rather\s+than)\b", re.IGNORECASE)
+_ABOUT_CODE = re.compile(r"\b(?:python|javascript|typescript|java|rust|sql|bash|code|coding|programs?|programming|"
+                         r"scripts?)\b", re.IGNORECASE)
 
 
-def names_code_tool(text: str) -> str | None:
-    found = CODE_TOOL.search(text)
-    return found.group(0) if found else None
+def advises_code(text: str) -> str | None:
+    """The words of a lesson that tell the solver to use code or a calculator, or None."""
+    for found in _USES_CODE.finditer(text):
+        clause = re.split(r"[.,;:!?]", text[:found.start()])[-1]  # "Instead of guessing, use Python" is not negated
+        if not _NEGATED.search(clause):
+            return found.group(0)
+    return None
 
 
 @dataclass(frozen=True)
@@ -68,7 +77,7 @@ class OpRules:
     def of(cls, library: LibraryVersion, problems: Iterable[Problem] = ()) -> OpRules:
         problems = list(problems)
         return cls(tuple(i.id for i in library.items if i.kind == "lesson"), tuple(numbers_of(p) for p in problems),
-                   any(names_code_tool(p.problem) for p in problems))
+                   any(_ABOUT_CODE.search(p.problem) for p in problems))
 
     def schema(self, max_ops: int) -> dict[str, Any]:
         return ops_schema(max_ops, self.ids)
@@ -85,10 +94,10 @@ class OpRules:
                 if repeated:
                     return (f"the lesson at operations.{n} repeats the problem's numbers ({', '.join(repeated)}): "
                             "state the general rule, without them")
-            tool = None if self.about_code else names_code_tool(getattr(op, "text", ""))
-            if tool:
-                return (f"the lesson at operations.{n} names {tool}, but the solver runs no code and these problems "
-                        "are not about code: give advice for working it out in words")
+            advice = None if self.about_code else advises_code(getattr(op, "text", ""))
+            if advice:
+                return (f'the lesson at operations.{n} says "{advice}", but the solver runs no code and these '
+                        "problems are not about code: give advice for working it out in words")
         return None
 
 

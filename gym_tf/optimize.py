@@ -22,7 +22,7 @@ from gym_tf.backends.base import gather_or_cancel
 from gym_tf.config import OptimizeConfig
 from gym_tf.credit import ablation, leave_out, shown_to
 from gym_tf.datasets import Problem, load_dataset, open_dataset
-from gym_tf.errors import BudgetExhausted, StoreError
+from gym_tf.errors import BudgetExhausted, ConfigError, StoreError
 from gym_tf.evaluate import evaluate
 from gym_tf.learner import (JudgeCalls, LearnerCalls, OpRules, StageReply, consolidate_prompt, group_prompt,
                              summarize_prompt)
@@ -72,6 +72,9 @@ class RunResult:
 class Optimizer:
     def __init__(self, config: OptimizeConfig, store: RunStore, backend: Backend, learner_backend: Backend | None = None,
                  run_id: str | None = None, on_progress: Callable[[Progress], None] | None = None):
+        if config.learner_examples and learner_backend in (None, backend):
+            raise ConfigError("learner_examples needs a learner model of its own (--learner-model-file or "
+                              "--learner-base-url): with none, the learner's answers are the same model's")
         self.config = config
         self.store = store
         self.backend = backend
@@ -172,8 +175,10 @@ class Optimizer:
 
         # --- worked examples: a verified answer of the model's own, for problems the library has none for yet; where
         # the model answered none right, optionally one of the learner's (a stronger model's), verified the same way
-        learners = await self._learner_answers(epoch, step, batch, groups, library) if cfg.learner_examples else {}
-        examples = self._worked_examples(step, batch, groups, learners, library) if cfg.worked_examples else []
+        examples = []
+        if cfg.worked_examples:
+            learners = await self._learner_answers(epoch, step, batch, groups, library) if cfg.learner_examples else {}
+            examples = self._worked_examples(step, batch, groups, learners, library)
 
         # --- skip homogeneous groups: all-equal rewards carry no relative signal (unless hard_groups says otherwise)
         used, hard = [], []
@@ -414,6 +419,7 @@ class Optimizer:
         so a resumed run pays for none twice. A small model that solves almost nothing gets someone's verified
         working to read."""
         cfg = self.config
+        self._check_budget()
         have = _examples_held(library)
         todo = [p for p in batch if p.answer is not None and p.id not in have and not self._showable(p, groups[p.id])]
         stored: dict[str, list[Rollout]] = {}

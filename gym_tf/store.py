@@ -56,6 +56,11 @@ def rollout_key(run_id: str, step: int, problem_id: str, sample: int, version: s
     return f"{run_id}/{step}/{problem_id}/{sample}" + (f"@{version}" if version else "")
 
 
+def learner_answer(key: str) -> bool:
+    """Whether a rollout key is one of the learner's answers (run ids and steps hold no slash)."""
+    return key.split("/", 2)[-1].startswith(LEARNER_ANSWER)
+
+
 def _version_in_key(rollout: Rollout) -> str:
     return rollout.library_version if rollout.problem_id.startswith("val/") else ""
 

@@ -16,12 +16,13 @@ from crash_run import CONFIG, GATED, scripted
 from fakes import ScriptedBackend, default_learner
 from gym_tf.config import OptimizeConfig
 from gym_tf.datasets import Problem, load_dataset
+from gym_tf.errors import ConfigError
 from gym_tf.display import library_table
 from gym_tf.learner import OpRules, numbers_of, repeats_problem
 from gym_tf.library import AddOp, LibraryVersion
 from gym_tf.library_io import diff_versions
 from gym_tf.optimize import Optimizer, resume_config
-from gym_tf.store import RunStore
+from gym_tf.store import RunStore, learner_answer
 
 SMALL = OptimizeConfig(dataset="quickstart", limit=8, batch_size=4, group_size=4, epochs=2, seed=3, worked_examples=False)
 
@@ -143,39 +144,54 @@ async def test_a_worked_example_shows_working_in_prose_not_code_or_its_invented_
     assert solution.startswith(ANSWERS_WITH_CODE[3])
 
 
-@pytest.mark.parametrize("policy_skill", [0.0, 1.0])
-async def test_the_learner_answers_only_what_the_model_got_wrong_and_its_verified_answer_becomes_the_example(
-        store, quickstart, policy_skill):
+class CutOff(ScriptedBackend):
+    """Right answers, every one cut off at the token limit: none is fit to be a worked example."""
+
+    async def generate(self, messages, n=1, **sampling):
+        generation = await super().generate(messages, n, **sampling)
+        return dataclasses.replace(generation, choices=[dataclasses.replace(c, finish_reason="length")
+                                                        for c in generation.choices])
+
+
+@pytest.mark.parametrize("policy", ["wrong", "cut off", "right"])
+async def test_the_learner_answers_what_the_model_could_not_show_and_its_verified_answer_becomes_the_example(
+        store, quickstart, policy):
     """`learner_examples`: a small model that solves nothing reads a stronger model's verified working; a model that
-    solves a problem keeps its own, and the learner is not asked."""
+    solves a problem keeps its own, and the learner is not asked. The learner's wrong answers are never shown."""
     answers = {p.problem: p.answer for p in quickstart}
-    policy, learner = ScriptedBackend(answers, skill=policy_skill), ScriptedBackend(answers, skill=1.0)
+    model = {"wrong": ScriptedBackend(answers, skill=0.0), "cut off": CutOff(answers, skill=1.0),
+             "right": ScriptedBackend(answers, skill=1.0)}[policy]
+    learner = ScriptedBackend(answers, skill=0.5)
     config = SMALL.model_copy(update={"epochs": 1, "worked_examples": True, "learner_examples": 2})
-    optimizer, result = await run(store, policy, config, learner_backend=learner)
+    with pytest.raises(ConfigError, match="needs a learner model of its own"):
+        Optimizer(config, store, model)
+    _, result = await run(store, model, config, learner_backend=learner)
     examples = [i for i in result.library.items if i.kind == "example"]
-    learner_solves = [c for c in learner.calls if c["stage"] == "solve"]
-    assert len(examples) == 8  # one per training problem, all verified right
-    if policy_skill == 0.0:
-        assert sum(c["n"] for c in learner_solves) == 8 * 2
-        stored = {r["key"]: r for r in store.db["rollouts"].rows_where("problem_id like 'learner/%'")}
-        assert len(stored) == 16 and all(r["reward"] == 1.0 for r in stored.values())
-        assert all(i.provenance.rollout_ids and set(i.provenance.rollout_ids) <= set(stored) for i in examples)
-        assert store.usage(result.run_id)["learner-answer"]["completion"] > 0
-        assert result.progress.reward_sum == 0  # the learner's answers are not the model's rollouts
-        shown = {row[3] for row in zip(*(c.cells for c in library_table(result.library).columns))}
-        assert all(cell.startswith("step ") and " example by the learner " in cell for cell in shown)
-        # a resumed run finds them stored: the same answers, and not one call paid again
-        step = examples[0].provenance.step
-        batch = [p for p in quickstart
-                 if p.id in {i.provenance.problem_ids[0] for i in examples if i.provenance.step == step}]
-        groups = {p.id: [r for r in store.rollouts(result.run_id, step) if r.problem_id == p.id] for p in batch}
-        again = Optimizer(config, store, policy, learner_backend=learner, run_id=result.run_id)
-        found = await again._learner_answers(0, step, batch, groups, LibraryVersion())
-        assert sum(c["n"] for c in learner.calls if c["stage"] == "solve") == 16
-        assert len(batch) == 4 and {pid: len(g) for pid, g in found.items()} == {p.id: 2 for p in batch}
-    else:
-        assert not any("/learner/" in key for i in examples for key in i.provenance.rollout_ids)
-        assert not learner_solves
+    stored = {r["key"]: r for r in store.db["rollouts"].rows_where("problem_id like 'learner/%'")}
+    if policy == "right":
+        assert len(examples) == 8 and not stored and not [c for c in learner.calls if c["stage"] == "solve"]
+        assert not any(learner_answer(key) for i in examples for key in i.provenance.rollout_ids)
+        return
+    assert len(stored) == 8 * 2  # every problem, twice
+    solved = {r["problem_id"].removeprefix("learner/") for r in stored.values() if r["reward"] == 1.0}
+    assert 0 < len(solved) < 8  # the learner is right on some problems only
+    assert {i.provenance.problem_ids[0] for i in examples} == solved
+    for item in examples:
+        [key] = item.provenance.rollout_ids
+        assert stored[key]["reward"] == 1.0 and stored[key]["completion"] in item.text
+    assert store.usage(result.run_id)["learner-answer"]["completion"] > 0
+    assert result.progress.rollouts == 8 * 4  # the learner's answers are not counted as the model's rollouts
+    shown = {row[3] for row in zip(*(c.cells for c in library_table(result.library).columns))}
+    assert shown and all(" example by the learner " in cell for cell in shown)
+    # a resumed run finds them stored: the same answers, and not one call paid again
+    paid = sum(c["n"] for c in learner.calls if c["stage"] == "solve")
+    step = examples[0].provenance.step
+    batch = [p for p in quickstart if any(k.startswith(f"{result.run_id}/{step}/learner/{p.id}/") for k in stored)]
+    groups = {p.id: [r for r in store.rollouts(result.run_id, step) if r.problem_id == p.id] for p in batch}
+    again = Optimizer(config, store, model, learner_backend=learner, run_id=result.run_id)
+    found = await again._learner_answers(0, step, batch, groups, LibraryVersion())
+    assert sum(c["n"] for c in learner.calls if c["stage"] == "solve") == paid == 16
+    assert len(batch) == 4 and {pid: len(g) for pid, g in found.items()} == {p.id: 2 for p in batch}
 
 
 async def test_hard_groups_learn_from_the_reference_answer(store, quickstart):
@@ -296,10 +312,16 @@ def test_a_lesson_is_refused_for_repeating_a_problems_numbers(lesson, refused):
 
 
 @pytest.mark.parametrize("lesson, problem, refused", [
-    ("The approach is to use Python's built-in functions to handle calculations.", "Add 3 and 4.", "Python"),
-    ("Write a short program, then read off its output.", "Add 3 and 4.", "program"),
-    ("Check each step with a calculator.", "Add 3 and 4.", "calculator"),
-    ("Decode the message one letter at a time.", "Decode XYZ with a shift of 1.", None),  # no tool named
+    ("The approach is to use Python's built-in functions to handle calculations.", "Add 3 and 4.", "use Python"),
+    ("Write a short program, then read off its output.", "Add 3 and 4.", "Write a short program"),
+    ("Check each step with a calculator.", "Add 3 and 4.", "with a calculator"),
+    ("Instead of guessing, use the built-in functions.", "Add 3 and 4.", "use the built-in functions"),
+    # advice against code, and everyday words, are not advice to use it
+    ("Do not write code; work the arithmetic out in words.", "Add 3 and 4.", None),
+    ("Never use a calculator: add the digits column by column.", "Add 3 and 4.", None),
+    ("Count the paths with dynamic programming, one cell at a time.", "Count grid paths.", None),
+    ("Count the pandas in each enclosure before adding.", "Count the animals.", None),
+    # where the problems are about code, advice about code is welcome
     ("In Python, build the result with a list comprehension.", "Write a Python function that squares a list.", None),
 ])
 def test_a_lesson_naming_code_is_refused_unless_the_problems_are_about_code(lesson, problem, refused):
@@ -308,7 +330,7 @@ def test_a_lesson_naming_code_is_refused_unless_the_problems_are_about_code(less
     broken = OpRules.of(LibraryVersion(), [Problem(id="p", problem=problem, answer="7")]).broken_by(
         [AddOp(op="add", text=lesson)])
     if refused:
-        assert broken and f"names {refused}, but the solver runs no code" in broken
+        assert broken and f'says "{refused}", but the solver runs no code' in broken
     else:
         assert broken is None
 
@@ -318,7 +340,7 @@ async def test_a_lesson_advising_code_is_refused_and_asked_again(store, quicksta
                                                              "to handle calculations."}]})
     result, retry, _ = await asked_again(store, quickstart, "extract", lambda _: python)
     assert result.library.items and all("Python" not in item.text for item in result.library.items)
-    assert "names Python, but the solver runs no code" in retry
+    assert 'says "use Python", but the solver runs no code' in retry
 
 
 async def test_library_diff_shows_exactly_the_ops_applied(store, scripted):
