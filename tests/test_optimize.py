@@ -5,6 +5,7 @@ import json
 import os
 import re
 import signal
+import sqlite3
 import subprocess
 import sys
 import time
@@ -23,6 +24,7 @@ from gym_tf.library import AddOp, LibraryVersion
 from gym_tf.library_io import diff_versions
 from gym_tf.optimize import Optimizer, resume_config
 from gym_tf.store import RunStore, learner_answer
+from gym_tf.studio import queries as studio_queries
 
 SMALL = OptimizeConfig(dataset="quickstart", limit=8, batch_size=4, group_size=4, epochs=2, seed=3, worked_examples=False)
 
@@ -183,6 +185,9 @@ async def test_the_learner_answers_what_the_model_could_not_show_and_its_verifie
     assert result.progress.rollouts == 8 * 4  # the learner's answers are not counted as the model's rollouts
     shown = {row[3] for row in zip(*(c.cells for c in library_table(result.library).columns))}
     assert shown and all(" example by the learner " in cell for cell in shown)
+    with sqlite3.connect(store.root / "gym-tf.db") as con:  # the studio's item page names the problem the learner answered
+        page = studio_queries.item(con, result.library.id, examples[0].id)
+    assert page["problems"][0]["text"] in answers and page["problems"][0]["text"] in examples[0].text
     # a resumed run finds them stored: the same answers, and not one call paid again
     paid = sum(c["n"] for c in learner.calls if c["stage"] == "solve")
     step = examples[0].provenance.step
