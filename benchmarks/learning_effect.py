@@ -211,7 +211,9 @@ def forest(rows: list[dict], path: Path) -> list[str]:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    labels = [f"{r['family'].split(' (')[0]} {r['seed']}, {r['model']}, no library {r['none_mean']:.2f}"
+    labels = [f"{r['family'].split(' (')[0]} {r['seed']}, {r['model']}"
+              + (f" (learner {r['learner']})" if r.get("learner", r["model"]) != r["model"] else "")
+              + f", no library {r['none_mean']:.2f}"
               + (" *" if " (" in r["family"] else "") for r in rows]
     fig, panels = plt.subplots(1, 3, sharey=True, figsize=(14, 1.2 + 0.32 * len(rows)))
     for ax, key, title in ((panels[0], "diff", "library - no library, Mean@k"),
