@@ -334,22 +334,33 @@ class Optimizer:
             yield [self.problems[i] for i in order[start : start + size]]
 
     async def _rollouts(self, epoch: int, step: int, batch: list[Problem], library: LibraryVersion) -> dict[str, list[Rollout]]:
-        """Reuse every group already stored for this step (a resumed run), sample the rest."""
-        cfg = self.config
+        """The model's groups: reuse every group already stored for this step (a resumed run), sample the rest."""
+        return await self._stored_or_sampled(epoch, step, batch, library, self.backend, self.config.group_size,
+                                             f"train:{epoch}", given=self._served_answer, seen=self._saw)
+
+    async def _stored_or_sampled(self, epoch: int, step: int, problems: list[Problem], library: LibraryVersion,
+                                 backend: Backend, size: int, seed_key: str, prefix: str = "",
+                                 given: Callable[[Problem], tuple[str, ...]] = lambda problem: (),
+                                 seen: Callable[[list[Rollout]], None] = lambda group: None
+                                 ) -> dict[str, list[Rollout]]:
+        """Each problem's group of `size` answers by `backend`: the one stored for this step under the problem id
+        `prefix + id` if complete, else sampled, scored and stored the moment it is scored; `seen` counts each."""
         stored: dict[str, list[Rollout]] = {}
         for r in self.store.rollouts(self.run_id, step):
-            stored.setdefault(r.problem_id, []).append(r)
-        complete = {p.id: stored[p.id] for p in batch if len(stored.get(p.id, [])) == cfg.group_size}
-        missing = [p for p in batch if p.id not in complete]
+            if r.problem_id.startswith(prefix):
+                stored.setdefault(r.problem_id.removeprefix(prefix), []).append(r)
+        complete = {p.id: stored[p.id] for p in problems if len(stored.get(p.id, [])) == size}
+        for group in complete.values():
+            seen(group)
 
         def keep(problem: Problem, group: list[Rollout]) -> None:
-            self.store.put_rollouts(self.run_id, epoch, step, group)
-            self._saw(group)
+            self.store.put_rollouts(self.run_id, epoch, step,
+                                    [replace(r, problem_id=prefix + r.problem_id) for r in group])
+            seen(group)
 
-        for group in complete.values():
-            self._saw(group)
-        fresh = await rollout_many(self.backend, missing, library, cfg.group_size, cfg.rollout.sampling(), self.reward,
-                                   cfg.seed, f"train:{epoch}", on_group=keep, given=self._served_answer)
+        fresh = await rollout_many(backend, [p for p in problems if p.id not in complete], library, size,
+                                   self.config.rollout.sampling(), self.reward, self.config.seed, seed_key,
+                                   on_group=keep, given=given)
         return {**complete, **fresh}
 
     def _served_answer(self, problem: Problem) -> tuple[str, ...]:
@@ -418,24 +429,11 @@ class Optimizer:
         model's answers fit to be one, graded by the same reward and stored like rollouts (problem id `learner/...`),
         so a resumed run pays for none twice. A small model that solves almost nothing gets someone's verified
         working to read."""
-        cfg = self.config
         self._check_budget()
         have = _examples_held(library)
         todo = [p for p in batch if p.answer is not None and p.id not in have and not self._showable(p, groups[p.id])]
-        stored: dict[str, list[Rollout]] = {}
-        for r in self.store.rollouts(self.run_id, step):
-            if r.problem_id.startswith(LEARNER_ANSWER):
-                stored.setdefault(r.problem_id.removeprefix(LEARNER_ANSWER), []).append(r)
-        complete = {p.id: stored[p.id] for p in todo if len(stored.get(p.id, [])) == cfg.learner_examples}
-
-        def keep(problem: Problem, group: list[Rollout]) -> None:
-            renamed = [replace(r, problem_id=LEARNER_ANSWER + r.problem_id) for r in group]
-            self.store.put_rollouts(self.run_id, epoch, step, renamed)
-
-        fresh = await rollout_many(self.learner_backend, [p for p in todo if p.id not in complete], library,
-                                   cfg.learner_examples, cfg.rollout.sampling(), self.reward, cfg.seed,
-                                   f"learner:{epoch}", on_group=keep)
-        return {**complete, **fresh}
+        return await self._stored_or_sampled(epoch, step, todo, library, self.learner_backend,
+                                             self.config.learner_examples, f"learner:{epoch}", prefix=LEARNER_ANSWER)
 
     def _worked_examples(self, step: int, batch: list[Problem], groups: dict[str, list[Rollout]],
                          learners: dict[str, list[Rollout]],

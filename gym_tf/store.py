@@ -56,6 +56,11 @@ def rollout_key(run_id: str, step: int, problem_id: str, sample: int, version: s
     return f"{run_id}/{step}/{problem_id}/{sample}" + (f"@{version}" if version else "")
 
 
+# The token stage a rollouts row counts under: the model's answers, its validation answers, or the learner's.
+ROLLOUT_STAGE_SQL = ("case when problem_id like 'val/%' then 'validate' "
+                     f"when problem_id like '{LEARNER_ANSWER}%' then 'learner-answer' else 'rollout' end")
+
+
 def learner_answer(key: str) -> bool:
     """Whether a rollout key is one of the learner's answers (run ids and steps hold no slash)."""
     return key.split("/", 2)[-1].startswith(LEARNER_ANSWER)
@@ -564,9 +569,8 @@ class RunStore:
         """Prompt and completion tokens per stage, summed from every stored reply."""
         totals: dict[str, dict[str, int]] = {}
         for row in self.db.query(
-            "select case when problem_id like 'val/%' then 'validate' "
-            "when problem_id like 'learner/%' then 'learner-answer' else 'rollout' end as stage, "
-            "sum(prompt_tokens) p, sum(completion_tokens) c from rollouts where run_id = ? group by 1 "
+            f"select {ROLLOUT_STAGE_SQL} as stage, sum(prompt_tokens) p, sum(completion_tokens) c from rollouts "
+            "where run_id = ? group by 1 "
             "union all select stage, sum(prompt_tokens), sum(completion_tokens) from learner_calls "
             "where run_id = ? group by stage", [run_id, run_id]
         ):

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from gym_tf.errors import UnknownRecord, UnknownRun, UnknownVersion
-from gym_tf.store import LEARNER_ANSWER, shown_status
+from gym_tf.store import LEARNER_ANSWER, ROLLOUT_STAGE_SQL, shown_status
 from ledger.cid import cid
 from ledger.errors import LedgerError
 from ledger.log import MerkleLog, verify_entry
@@ -57,8 +57,7 @@ def _usage_by_run(con: sqlite3.Connection, run_id: str | None = None) -> dict[st
     args = [run_id, run_id] if run_id else []
     totals: dict[str, dict[str, dict[str, int]]] = {}
     for run, stage, prompt, completion in con.execute(
-        "select run_id, case when problem_id like 'val/%' then 'validate' "
-        "when problem_id like 'learner/%' then 'learner-answer' else 'rollout' end, sum(prompt_tokens), "
+        f"select run_id, {ROLLOUT_STAGE_SQL}, sum(prompt_tokens), "
         f"sum(completion_tokens) from rollouts {where} group by 1, 2 union all "
         f"select run_id, stage, sum(prompt_tokens), sum(completion_tokens) from learner_calls {where} group by 1, 2",
         args,
