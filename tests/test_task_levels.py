@@ -182,3 +182,25 @@ def test_an_answer_the_grader_cannot_read_scores_zero_and_a_broken_row_is_raised
     broken = json.dumps({**json.loads(row["rg_entry"]), "answer": "not a factorization"})
     with pytest.raises(ValueError):
         score(answers, row["rg_task"], broken)
+
+
+def test_an_answer_in_latex_is_graded_as_plain_text_too():
+    """The solve prompt asks for \\boxed{}, so the model writes \\frac{1}{8}; coin_flip's grader reads "1/8" and
+    "0.125" but scored the LaTeX 0, right answers counted as wrong. Graded by the real graders: a LaTeX fraction of
+    the right value scores 1, a wrong one still scores below 1, and a grader that reads LaTeX itself keeps its
+    grade."""
+    from fractions import Fraction
+
+    from rewards.reasoning_gym import score
+
+    row = next(r for r in task_levels.rows("coin_flip", 20, 5, 0) if r["answer"] not in ("0.5", "1.0"))
+    right = Fraction(row["answer"]).limit_denominator(1000)
+    wrong = right / 2
+    answers = [f"so \\boxed{{\\frac{{{right.numerator}}}{{{right.denominator}}}}}",
+               f"\\boxed{{\\dfrac{{{right.numerator}}}{{{right.denominator}}}}}", f"\\boxed{{{row['answer']}}}",
+               f"\\boxed{{\\frac{{{wrong.numerator}}}{{{wrong.denominator}}}}}"]
+    grades = score(answers, row["rg_task"], row["rg_entry"])
+    assert grades[:3] == [1.0, 1.0, 1.0] and grades[3] < 1.0
+    fraction = task_levels.rows("fraction_simplification", 1, 5, 0)[0]
+    assert score([f"\\boxed{{{fraction['answer'].strip('$')}}}", "\\boxed{\\frac{1}{1000}}"], fraction["rg_task"],
+                 fraction["rg_entry"])[0] == 1.0
