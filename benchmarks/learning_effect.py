@@ -87,7 +87,10 @@ async def pick_level(family: str, args: argparse.Namespace, backend, folder: Pat
         print(f"{family}: probe level {level}: solved {rate:.2f}", file=sys.stderr, flush=True)
 
     calibration = await task_levels.calibrate(backend, family, SPLIT_SEED * args.seed + PROBE_OFFSET, sampling, folder,
-                                              AIMS[args.level_aim], on_probe=probed)
+                                              AIMS[args.level_aim], on_probe=probed,
+                                              needed=args.train + args.val + args.test)
+    for level in calibration.too_few:
+        print(f"{family}: level {level} passed over: too few distinct problems for the splits", file=sys.stderr)
     return calibration.level, calibration
 
 
@@ -175,13 +178,7 @@ def row(c: dict) -> dict:
     """One table row from a family's comparison.json."""
     none, learned = c["arms"][:2]
     interval = lambda e: (e["value"], e["low"], e["high"])  # noqa: E731
-    probes = c.get("probes") or {}
-    level = str(c.get("level", "default"))
-    if probes:  # the solve rate of every probed level, the aim (runs before it was recorded aimed at 0.5), tokens
-        aim = f", aim {probes['aim']['target']:.2f}" if "aim" in probes else ""
-        level += (" (probe " + "/".join(f"{r:.2f}" for r in probes["rates"].values()) + aim
-                  + f"; {probes['tokens']:,} tok)")
-    return {"family": c["family"], "seed": c["settings"]["seed"], "level": level, "model": c["model"],
+    return {"family": c["family"], "seed": c["settings"]["seed"], "level": level_text(c), "model": c["model"],
             "learner": c.get("learner", c["model"]), "test": c["problems"],
             "k": c["samples"],
             "items": learned["library_items"], "lessons": sum(i.get("kind", "lesson") == "lesson" for i in c["library"]),
@@ -194,6 +191,20 @@ def row(c: dict) -> dict:
             "mean_minus_none_majority": interval(learned["mean_vs_baseline_majority"]),
             "extra_prompt_tokens": c["extra_prompt_tokens_per_call"][learned["name"]], "prune": c.get("prune"),
             "learning_tokens": learned["tokens"]["learning"], "wall_min": c["wall_s"] / 60, "cpu": c.get("cpu")}
+
+
+def level_text(c: dict) -> str:
+    """The level column: the level, and how the probes chose it (each probed level's solve rate, the aim, tokens;
+    runs before the aim was recorded aimed at 0.5; levels passed over for too few distinct problems)."""
+    level = str(c.get("level", "default"))
+    probes = c.get("probes")
+    if not probes:
+        return level
+    aim = f", aim {probes['aim']['target']:.2f}" if "aim" in probes else ""
+    skipped = probes.get("too_few") or ()
+    first = f"level {min(probes['rates'], key=int)} " if skipped else ""
+    return (level + " (" + "".join(f"level {s}: too few problems; " for s in skipped) + f"probe {first}"
+            + "/".join(f"{r:.2f}" for r in probes["rates"].values()) + aim + f"; {probes['tokens']:,} tok)")
 
 
 def report_rows(data: dict | list) -> list[dict]:

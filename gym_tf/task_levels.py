@@ -133,20 +133,36 @@ class Calibration:
     rates: dict[int, float]  # every probed level's solve rate
     tokens: int  # prompt and completion tokens the probes spent
     aim: Aim
+    too_few: tuple[int, ...] = ()  # levels passed over unprobed: too few distinct problems for the splits
+
+
+def has_problems(family: str, level: int, needed: int, seed: int) -> bool:
+    """Whether the family's generator at `level` makes `needed` distinct problems (as `split` draws them)."""
+    try:
+        split(family, {"all": needed}, seed, level)
+    except ConfigError:
+        return False
+    return True
 
 
 async def calibrate(backend: Backend, family: str, seed: int, sampling: Sampling, folder: Path, aim: Aim = AIM,
-                    samples: int = 2, on_probe: Callable[[int, float], None] | None = None) -> Calibration:
+                    samples: int = 2, on_probe: Callable[[int, float], None] | None = None,
+                    needed: int = 0) -> Calibration:
     """Probe levels 0, 1, ... (no library, `aim.problems` x `samples` each) until one is not solved too often (or
-    `aim.max_probes` were probed), and choose."""
+    `aim.max_probes` were probed), and choose. With `needed` (the splits' problems), a level whose generator cannot
+    make that many distinct problems besides the probe's is passed over unprobed: coin_flip's level 0 has 8
+    problems, and a run that chose it stopped at its splits after paying for the probe."""
     from rewards import load_reward
 
     reward = load_reward(REWARD)
     top = max_level(family)
     rates: dict[int, float] = {}
+    too_few: list[int] = []
     tokens = 0
-    while not rates or (keep_climbing(rates, top, aim) and len(rates) < aim.max_probes):
-        level = len(rates)
+    for level in range(top + 1):
+        if needed and not has_problems(family, level, needed + aim.problems, seed):
+            too_few.append(level)
+            continue
         path = folder / f"probe-level{level}.jsonl"
         write(family, aim.problems, seed, path, level)
         report = await evaluate(backend, load_dataset(str(path)), reward, samples, sampling, seed=seed)
@@ -157,4 +173,9 @@ async def calibrate(backend: Backend, family: str, seed: int, sampling: Sampling
         tokens += report.prompt_tokens + report.completion_tokens
         if on_probe:
             on_probe(level, rates[level])
-    return Calibration(choose(rates, aim), rates, tokens, aim)
+        if not keep_climbing(rates, top, aim) or len(rates) >= aim.max_probes:
+            break
+    if not rates:
+        raise ConfigError(f"{family}: no level from 0 to {top} makes {needed} distinct problems for the splits "
+                          f"besides the probe's {aim.problems}: ask for fewer")
+    return Calibration(choose(rates, aim), rates, tokens, aim, tuple(too_few))

@@ -81,3 +81,13 @@ def test_the_cpu_label_names_the_vector_units_the_engine_speed_depends_on(monkey
 def test_this_machines_cpu_info_is_read_from_linux():
     name, flags = embedded.cpu_info()
     assert name != "?" and "sse2" in flags
+
+
+def test_the_level_column_shows_the_probes_and_the_levels_passed_over(bench):
+    aim = {"target": 0.3, "ceiling": 0.45, "problems": 16, "max_probes": 6}
+    probed = {"level": 2, "probes": {"rates": {"0": 0.84, "1": 0.5, "2": 0.31}, "aim": aim, "tokens": 18201}}
+    assert bench.level_text(probed) == "2 (probe 0.84/0.50/0.31, aim 0.30; 18,201 tok)"
+    skipped = {"level": 2, "probes": {"rates": {"2": 0.25}, "aim": aim, "tokens": 5000, "too_few": [0, 1]}}
+    assert bench.level_text(skipped) == ("2 (level 0: too few problems; level 1: too few problems; probe level 2 "
+                                         "0.25, aim 0.30; 5,000 tok)")
+    assert bench.level_text({"level": 1}) == "1" and bench.level_text({}) == "default"

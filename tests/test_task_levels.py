@@ -204,3 +204,51 @@ def test_an_answer_in_latex_is_graded_as_plain_text_too():
     fraction = task_levels.rows("fraction_simplification", 1, 5, 0)[0]
     assert score([f"\\boxed{{{fraction['answer'].strip('$')}}}", "\\boxed{\\frac{1}{1000}}"], fraction["rg_task"],
                  fraction["rg_entry"])[0] == 1.0
+
+
+class AlwaysRight:
+    """Answers every problem with its reference answer."""
+
+    model = "always-right"
+
+    def __init__(self, answers: dict[str, str]):
+        self.answers, self.problems = answers, []
+
+    async def generate(self, messages, n=1, **sampling) -> Generation:
+        self.problems.append(messages[-1]["content"])
+        answer = self.answers[messages[-1]["content"]]
+        return Generation([Choice(text=f"\\boxed{{{answer}}}", finish_reason="stop", completion_tokens=3)] * n,
+                          10 * n, 3 * n, 0.0)
+
+    async def aclose(self) -> None:
+        pass
+
+
+async def test_calibration_passes_over_levels_too_small_for_the_splits(tmp_path):
+    """coin_flip's level 0 has 8 distinct problems, level 1 18: a run that needs 46 chose level 0 and stopped at its
+    splits after paying for the probe. With the splits' size, such levels are not probed, and the level chosen can
+    fill the splits."""
+    aim = task_levels.Aim(target=0.3, ceiling=0.45, problems=4, max_probes=1)
+    answers = {r["problem"]: r["answer"] for level in range(4) for r in task_levels.rows("coin_flip", 64, 9, level)}
+    backend = AlwaysRight(answers)
+    result = await task_levels.calibrate(backend, "coin_flip", 9, Sampling(max_tokens=32), tmp_path, aim, needed=20)
+    assert result.too_few == (0, 1) and result.rates == {2: 1.0} and result.level == 2
+    task_levels.split("coin_flip", {"train": 20}, 9, result.level)  # the chosen level fills the splits
+    assert not (tmp_path / "probe-level0.jsonl").exists() and len(backend.problems) == 4
+    # without the splits' size: level 0 is probed, as before
+    assert (await task_levels.calibrate(AlwaysRight(answers), "coin_flip", 9, Sampling(max_tokens=32), tmp_path,
+                                        aim)).rates == {0: 1.0}
+
+
+
+async def test_a_family_with_no_level_big_enough_for_the_splits_is_a_named_error_before_any_answer(tmp_path,
+                                                                                                    monkeypatch):
+    from gym_tf.errors import ConfigError
+
+    repeating = lambda family, size, seed, level=None: [{"id": str(i), "problem": f"q{i % 5}"} for i in range(size)]  # noqa: E731
+    monkeypatch.setattr(task_levels, "rows", repeating)
+    monkeypatch.setattr(task_levels, "max_level", lambda family: 2)
+    backend = AlwaysRight({})
+    with pytest.raises(ConfigError, match="toy: no level from 0 to 2 makes 10 distinct problems"):
+        await task_levels.calibrate(backend, "toy", 9, Sampling(max_tokens=32), tmp_path, needed=10)
+    assert backend.problems == []
