@@ -202,8 +202,9 @@ def test_an_answer_in_latex_is_graded_as_plain_text_too():
     grades = score(answers, row["rg_task"], row["rg_entry"])
     assert grades[:3] == [1.0, 1.0, 1.0] and grades[3] < 1.0
     fraction = task_levels.rows("fraction_simplification", 1, 5, 0)[0]
-    assert score([f"\\boxed{{{fraction['answer'].strip('$')}}}", "\\boxed{\\frac{1}{1000}}"], fraction["rg_task"],
-                 fraction["rg_entry"])[0] == 1.0
+    right_latex, wrong_latex = score([f"\\boxed{{{fraction['answer'].strip('$')}}}", "\\boxed{\\frac{1}{1000}}"],
+                                     fraction["rg_task"], fraction["rg_entry"])
+    assert right_latex == 1.0 and wrong_latex < 1.0
 
 
 class AlwaysRight:
