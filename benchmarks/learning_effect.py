@@ -201,10 +201,20 @@ def level_text(c: dict) -> str:
     if not probes:
         return level
     aim = f", aim {probes['aim']['target']:.2f}" if "aim" in probes else ""
-    skipped = probes.get("too_few") or ()
+    skipped = sorted(int(s) for s in probes.get("too_few") or ())
+    passed_over = f"{level_span(skipped)}: too few problems; " if skipped else ""
     first = f"level {min(probes['rates'], key=int)} " if skipped else ""
-    return (level + " (" + "".join(f"level {s}: too few problems; " for s in skipped) + f"probe {first}"
+    return (level + " (" + passed_over + f"probe {first}"
             + "/".join(f"{r:.2f}" for r in probes["rates"].values()) + aim + f"; {probes['tokens']:,} tok)")
+
+
+def level_span(levels: list[int]) -> str:
+    """Sorted levels as few words: "level 3", "levels 0-4", "levels 0, 2"."""
+    if len(levels) == 1:
+        return f"level {levels[0]}"
+    if levels == list(range(levels[0], levels[-1] + 1)):
+        return f"levels {levels[0]}-{levels[-1]}"
+    return "levels " + ", ".join(map(str, levels))
 
 
 def report_rows(data: dict | list) -> list[dict]:

@@ -88,6 +88,8 @@ def test_the_level_column_shows_the_probes_and_the_levels_passed_over(bench):
     probed = {"level": 2, "probes": {"rates": {"0": 0.84, "1": 0.5, "2": 0.31}, "aim": aim, "tokens": 18201}}
     assert bench.level_text(probed) == "2 (probe 0.84/0.50/0.31, aim 0.30; 18,201 tok)"
     skipped = {"level": 2, "probes": {"rates": {"2": 0.25}, "aim": aim, "tokens": 5000, "too_few": [0, 1]}}
-    assert bench.level_text(skipped) == ("2 (level 0: too few problems; level 1: too few problems; probe level 2 "
-                                         "0.25, aim 0.30; 5,000 tok)")
+    assert bench.level_text(skipped) == "2 (levels 0-1: too few problems; probe level 2 0.25, aim 0.30; 5,000 tok)"
+    skipped["probes"]["too_few"] = [3]
+    assert bench.level_text(skipped).startswith("2 (level 3: too few problems; probe level 2 0.25")
+    assert bench.level_span([0, 1, 2, 3, 4]) == "levels 0-4" and bench.level_span([0, 2]) == "levels 0, 2"
     assert bench.level_text({"level": 1}) == "1" and bench.level_text({}) == "default"
