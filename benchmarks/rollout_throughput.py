@@ -11,12 +11,15 @@ Each arm does the same work, a rollout being an answer plus its score: the same 
 limit, each group scored by the same reward. Throughput is completion tokens per second.
 The ratio that matters: gym-tf / best plain client at the same concurrency (target >= 0.95: the backend is the
 limit, not gym-tf). Arms run in alternating order, several times, and the best of each is kept, against machine noise.
+The embedded table also runs gym-tf on a one-slot engine, a group's samples one after another, as the engine decoded
+before groups went in one batch: the last line is the speed-up of batching on this CPU.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import subprocess
 import sys
 import time
@@ -106,7 +109,7 @@ def report(title: str, results: dict[str, tuple[int, float]], baseline: str, our
     table = Table(title=title)
     for column in ("arm", "tokens", "seconds", "tokens/s", "ratio to best plain"):
         table.add_column(column)
-    best = max(t / s for name, (t, s) in results.items() if name != ours)
+    best = max(t / s for name, (t, s) in results.items() if name.startswith("plain") or "native" in name)
     for name, (tokens, seconds) in results.items():
         table.add_row(name, str(tokens), f"{seconds:.1f}", f"{tokens / seconds:.1f}", f"{tokens / seconds / best:.3f}")
     console.print(table)
@@ -120,20 +123,41 @@ def keep_best(results, name, value):
 
 
 def bench_embedded(args) -> None:
+    """One engine alive at a time: a second idle engine in the same process slows the first by about a quarter."""
     problems = workload(args.problems)
-    backend = EmbeddedBackend(threads=args.threads)
     results: dict[str, tuple[int, float]] = {}
+
+    def on_engine(slots, run):
+        def arm():
+            backend = EmbeddedBackend(threads=args.threads, slots=slots)
+            try:
+                return run(backend)
+            finally:
+                asyncio.run(backend.aclose())
+                del backend
+                gc.collect()
+        return arm
+
     arms = [
-        ("plain loop on the engine", lambda: plain_engine_arm(backend.server.handle_chat_completions, problems,
-                                                              args.group, args.max_tokens)),
-        ("gym-tf engine", lambda: asyncio.run(gym_tf_arm(backend, problems, args.group, args.max_tokens))),
+        ("plain loop on the engine", on_engine(1, lambda backend: plain_engine_arm(
+            backend.server.handle_chat_completions, problems, args.group, args.max_tokens))),
+        ("gym-tf engine", on_engine(4, lambda backend: asyncio.run(
+            gym_tf_arm(backend, problems, args.group, args.max_tokens)))),
+        # the engine as it was before groups decoded together: its samples one after another
+        ("gym-tf engine, 1 slot", on_engine(1, lambda backend: asyncio.run(
+            gym_tf_arm(backend, problems, args.group, args.max_tokens)))),
     ]
     try:  # a native llama.cpp build, if this machine has one, for the price of portability
         from llama_cpp import Llama
 
-        native = Llama(model_path=str(default_model_path()), n_ctx=4096, n_threads=args.threads, verbose=False)
-        arms.append(("llama-cpp-python, native build", lambda: plain_engine_arm(
-            lambda request: native.create_chat_completion(**request), problems, args.group, args.max_tokens)))
+        def native_arm():
+            native = Llama(model_path=str(default_model_path()), n_ctx=4096, n_threads=args.threads, verbose=False)
+            try:
+                return plain_engine_arm(lambda request: native.create_chat_completion(**request), problems,
+                                        args.group, args.max_tokens)
+            finally:
+                native.close()
+        arms.append(("llama-cpp-python, native build", native_arm))
     except ImportError:
         pass
     for repeat in range(args.repeats):
@@ -143,6 +167,9 @@ def bench_embedded(args) -> None:
            "gym-tf engine")
     tokens, seconds = results["gym-tf engine"]
     console.print(f"engine throughput on this CPU: {tokens / seconds:.1f} tok/s (target >= 18 on 2 threads)")
+    alone = results["gym-tf engine, 1 slot"]
+    console.print(f"a group decoded together / its samples one after another (G={args.group}): "
+                  f"{tokens / seconds / (alone[0] / alone[1]):.2f}x")
 
 
 def bench_server(args) -> None:

@@ -30,6 +30,26 @@ async def test_embedded_backend_generates_a_group_with_usage(embedded):
     assert generation.prompt_tokens > 0
 
 
+async def test_a_group_larger_than_the_slots_decodes_in_batches_with_each_samples_own_count(embedded_model_path):
+    backend = EmbeddedBackend(embedded_model_path, n_ctx=1024, slots=2)
+    try:
+        generation = await backend.generate([{"role": "user", "content": "Write a long story about a lighthouse."}],
+                                            n=5, temperature=1.0, max_tokens=12, seed=3)
+        short = await backend.generate([{"role": "user", "content": "Say yes."}], n=2, temperature=0.7,
+                                       max_tokens=64, seed=3)
+        single = await backend.generate([{"role": "user", "content": "Say yes."}], n=1, max_tokens=4, seed=3)
+    finally:
+        await backend.aclose()
+    assert len(generation.choices) == 5  # requests of 2, 2 and 1
+    # every sample ran to the limit, and counts it: llama.cpp's usage of a request counts its first sample only
+    assert [(c.finish_reason, c.completion_tokens) for c in generation.choices] == [("length", 12)] * 5
+    assert generation.completion_tokens == 60
+    assert len({c.text for c in generation.choices}) > 1  # each request's samples and seeds differ
+    # an answer that stops early counts its own tokens, not the limit
+    assert all(c.finish_reason == "stop" and 0 < c.completion_tokens < 64 for c in short.choices)
+    assert short.prompt_tokens == 2 * single.prompt_tokens > 0  # the prompt, as each sample read it
+
+
 async def test_embedded_backend_follows_the_ops_schema(embedded):
     generation = await embedded.generate(
         [{"role": "user", "content": "Give one general lesson for solving percentage problems."}],
