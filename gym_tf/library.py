@@ -37,10 +37,12 @@ _ABOUT_THE_LIBRARY = re.compile(
     re.IGNORECASE)
 
 # "Add 10 to the result of the previous attempt (attempt 2)." (the 0.5B learner on decimal_chain_sum, kept through the
-# prune step by noise): the learner's prompt numbers its attempts, a solver facing a new problem has none.
+# prune step by noise): the learner's prompt numbers its attempts, a solver facing a new problem has none. Nor has it
+# a reference answer: "Summarize the reference answer and attempts (summaries, with grades)." (the 0.5B learner on
+# coin_flip, from the labels of its prompt, no six words of them in a row) was kept as a lesson.
 _ABOUT_THE_ATTEMPTS = re.compile(
     r"\battempts?\s*#?\s*\d|\b(?:the|that|those)\s+(?:previous|earlier|other|second|third|successful|failed|correct|wrong|"
-    r"right)\s+attempts?\b|\bthat\s+attempt\b", re.IGNORECASE)
+    r"right)\s+attempts?\b|\bthat\s+attempt\b|\breference\s+answers?\b", re.IGNORECASE)
 
 
 def _says_something(text: str) -> str:
@@ -55,8 +57,8 @@ def _says_something(text: str) -> str:
         raise ValueError("a lesson is advice to the solver, not an instruction about the library: write the advice "
                          "itself")
     if _ABOUT_THE_ATTEMPTS.search(text):
-        raise ValueError("a lesson is read with a new problem, where there are no attempts to refer to: state the "
-                         "advice itself")
+        raise ValueError("a lesson is read with a new problem, where there are no attempts and no reference answer "
+                         "to refer to: state the advice itself")
     copied = copied_from_prompts(text)
     if copied:
         raise ValueError(f'a lesson is advice in your own words, not the instructions copied back ("{copied}"): '

@@ -72,7 +72,7 @@ def test_a_lesson_is_advice_in_words_not_one_problems_result():
         assert OpAdapter.validate_python({"op": "add", "text": advice}).text == advice
 
 
-LIBRARY, ATTEMPTS, ECHO = ("not an instruction about the library", "no attempts to refer to",
+LIBRARY, ATTEMPTS, ECHO = ("not an instruction about the library", "no attempts and no reference answer",
                            "not the instructions copied back")
 
 
@@ -87,6 +87,8 @@ LIBRARY, ATTEMPTS, ECHO = ("not an instruction about the library", "no attempts 
     ("Attempt 3 forgot the carry: carry the tens.", ATTEMPTS),
     ("As in attempt #1, write each partial sum.", ATTEMPTS),
     ("Unlike the other attempts, it checked the sign.", ATTEMPTS),
+    ("Summarize the reference answer and attempts (summaries, with grades).", ATTEMPTS),  # the 0.5B learner, coin_flip
+    ("Check the result against the reference answer.", ATTEMPTS),
     # the 0.5B learner in the README's main command (its apples kept out: the numbers rule is not under test here)
     ("Summarize the attempt for a teacher, in at most 5 short lines: the approach, the key steps, which listed "
      "experiences it used (by id) if any, and where it went wrong if it did. The number he has now is <a new lesson>.",
@@ -107,6 +109,7 @@ LIBRARY, ATTEMPTS, ECHO = ("not an instruction about the library", "no attempts 
     ("If the first attempt at a factorization fails, try grouping terms.", None),
     ("If your previous attempt at factoring failed, try grouping terms.", None),
     ("Make one attempt at estimating before computing exactly.", None),
+    ("Measure each angle from its reference angle first.", None),
 ])
 def test_a_lesson_is_advice_to_the_solver_not_about_the_library_the_attempts_or_our_prompts(text, refusal):
     if refusal:
