@@ -40,7 +40,7 @@ _ABOUT_THE_LIBRARY = re.compile(
 # prune step by noise): the learner's prompt numbers its attempts, a solver facing a new problem has none. Nor has it
 # a reference answer: "Summarize the reference answer and attempts (summaries, with grades)." (the 0.5B learner on
 # coin_flip, from the labels of its prompt, no six words of them in a row) was kept as a lesson.
-_ABOUT_THE_ATTEMPTS = re.compile(
+_ABOUT_THE_GRADING = re.compile(
     r"\battempts?\s*#?\s*\d|\b(?:the|that|those)\s+(?:previous|earlier|other|second|third|successful|failed|correct|wrong|"
     r"right)\s+attempts?\b|\bthat\s+attempt\b|\breference\s+answers?\b", re.IGNORECASE)
 
@@ -56,7 +56,7 @@ def _says_something(text: str) -> str:
     if _ABOUT_THE_LIBRARY.match(text):
         raise ValueError("a lesson is advice to the solver, not an instruction about the library: write the advice "
                          "itself")
-    if _ABOUT_THE_ATTEMPTS.search(text):
+    if _ABOUT_THE_GRADING.search(text):
         raise ValueError("a lesson is read with a new problem, where there are no attempts and no reference answer "
                          "to refer to: state the advice itself")
     copied = copied_from_prompts(text)

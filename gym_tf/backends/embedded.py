@@ -174,7 +174,7 @@ def server_params(path: Path, n_ctx: int, threads: int | None, port: int = 0, sl
 class EmbeddedBackend:
     """llama.cpp's server engine in-process, on its own threads. A group's samples go in one request (`n`, up to
     `slots` of them), so the prompt is read once and the samples decode together in one batch: on a 2-core Sapphire
-    Rapids-class Xeon, 4 samples decode 2.3x faster than one after another (`benchmarks/rollout_throughput.py`).
+    Rapids-class Xeon, 4 samples decode 2.4x faster than one after another (`benchmarks/rollout_throughput.py`).
     Requests go one at a time, so a group never waits for slots another holds."""
 
     def __init__(self, model_file: str | Path | None = None, n_ctx: int = 4096, threads: int | None = None,
