@@ -13,12 +13,13 @@ from dataclasses import dataclass
 from functools import cached_property, lru_cache
 from typing import Annotated, Any, Iterable, Literal, Union
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, TypeAdapter, field_validator, model_serializer
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, TypeAdapter, field_validator, model_serializer
 
 from gym_tf.chat import request_text
 from gym_tf.prompts import copied_from_prompts
 from gym_tf.retrieval import rank
 from ledger.cid import canonical, cid
+from rewards.answers import last_boxed, normalize
 
 MAX_EXPERIENCE_CHARS = 400
 MAX_EXAMPLE_CHARS = 1600  # a worked example: the problem and a verified solution, kept short
@@ -45,11 +46,22 @@ _ABOUT_THE_GRADING = re.compile(
     r"right)\s+attempts?\b|\bthat\s+attempt\b|\breference\s+answers?\b", re.IGNORECASE)
 
 
+# "1.0: The model attempted to determine how many muffins are left ... The key steps were to calculate three quarters
+# ... The experience the model was given was \boxed{none}" (the 0.5B learner in the README's main command, on a 2-core
+# AMD EPYC, 2026-11-25): a summary of one attempt, in the shape the summarize stage writes, kept as a lesson. A
+# solver reads a story about another answer, not advice. A heuristic: the narrator's past tense about the model or
+# its attempt, and the summary's own phrases.
+_NARRATES_AN_ATTEMPT = re.compile(
+    r"\bthe\s+(?:model|attempt|solver|assistant)\s+(?:\w+\s+){0,2}?(?:attempted|tried|was|were|used|did|made|got|gave|"
+    r"answered|calculated|computed|found|failed|succeeded|determined|wrote|started|began|reached|arrived|concluded)\b"
+    r"|\bkey\s+steps\s+were\b|\bexperiences?\s+(?:the\s+model|it)\s+(?:was|were)\s+given\b", re.IGNORECASE)
+
+
 def _says_something(text: str) -> str:
     """A lesson is advice in words: "8 + 32 = 40" is one problem's arithmetic, not a lesson (a 0.5B learner wrote
     exactly that into a learned library). Letters are counted, not words, so scripts without spaces pass. Nor is
-    an instruction about the library itself ("Add a lesson on ..."), nor a note about the compared attempts, nor
-    our own prompt echoed back."""
+    an instruction about the library itself ("Add a lesson on ..."), nor a note about the compared attempts, nor a
+    summary of one attempt, nor our own prompt echoed back."""
     if sum(c.isalpha() for c in text) < MIN_LESSON_LETTERS:
         raise ValueError(f"a lesson needs at least {MIN_LESSON_LETTERS} letters of advice: state a general rule, "
                          "not one problem's result")
@@ -59,6 +71,9 @@ def _says_something(text: str) -> str:
     if _ABOUT_THE_GRADING.search(text):
         raise ValueError("a lesson is read with a new problem, where there are no attempts and no reference answer "
                          "to refer to: state the advice itself")
+    if _NARRATES_AN_ATTEMPT.search(text):
+        raise ValueError("a lesson is advice to the solver, not a story of what one attempt did: state the rule the "
+                         "attempt shows, in the imperative")
     copied = copied_from_prompts(text)
     if copied:
         raise ValueError(f'a lesson is advice in your own words, not the instructions copied back ("{copied}"): '
@@ -66,11 +81,25 @@ def _says_something(text: str) -> str:
     return text
 
 
+# A learner writing LaTeX inside a JSON string writes "\boxed" and "\frac", which JSON reads as a backspace and a form
+# feed: the main command's lesson above reached the solver as "<BS>oxed{none}". No lesson holds such a character, so
+# each is read back as the backslash and letter the learner wrote; a tab or carriage return right before a letter
+# ("\times", "\right") likewise. A newline is left alone: "\n" before a word is as often a line break as "\neq".
+_LATEX_READ_AS_ESCAPES = re.compile(r"[\x08\x0c]|[\t\r](?=[A-Za-z])")
+_ESCAPED = {"\x08": "\\b", "\x0c": "\\f", "\t": "\\t", "\r": "\\r"}
+
+
+def _latex_restored(text: Any) -> Any:
+    """Before the length check, which then counts what the solver will read."""
+    return _LATEX_READ_AS_ESCAPES.sub(lambda found: _ESCAPED[found.group(0)], text) if isinstance(text, str) else text
+
+
 # What a stored lesson must be (a version from a file or a peer is checked against it): as long as ops allow. The
 # content rules above apply to new ops only: they grow with what learners are seen to write, and a library made
 # before a rule must still import, publish and follow.
 StoredLessonText = Annotated[str, Field(min_length=8, max_length=MAX_EXPERIENCE_CHARS)]
-ExperienceText = Annotated[str, Field(min_length=8, max_length=MAX_EXPERIENCE_CHARS), AfterValidator(_says_something)]
+ExperienceText = Annotated[str, BeforeValidator(_latex_restored), Field(min_length=8, max_length=MAX_EXPERIENCE_CHARS),
+                           AfterValidator(_says_something)]
 ExampleText = Annotated[str, Field(min_length=8, max_length=MAX_EXAMPLE_CHARS)]
 
 
@@ -413,23 +442,39 @@ def _most_relevant(items: list[Experience], query: str | None, limit: int) -> li
 
 def _most_relevant_examples(examples: list[Experience], query: str | None, limit: int) -> list[Experience]:
     """The worked examples whose problems share the most words with the request; among equals, the one that shows
-    the most steps, then the newest.
+    the most steps, then the newest; and no two with the same final answer while another answer is left.
 
     Problems are matched with problems (a solution's words are not the request's), with no length normalization:
     in a generated task family every problem follows one template, and normalizing by length would show every
     request the family's shortest, easiest problems. Showing more complex demonstrations is what complexity-based
-    prompting found helps (Fu et al., arXiv 2210.00720)."""
+    prompting found helps (Fu et al., arXiv 2210.00720).
+
+    Distinct answers: verified examples come from the problems the model already solves, which in a family share
+    few answers (8 of letter_counting seed 5's 10 examples boxed 1). Shown two examples of the same answer, the
+    0.5B answered in their range: problems whose count was 3 fell from 0.13 to 0.04 while those of 1 and 2 gained.
+    Few-shot prompts bias a model toward the answers their demonstrations repeat (majority label bias, Zhao et al.,
+    arXiv 2102.09690)."""
     if limit <= 0 or not examples:
         return []
-    problems, steps = _problems_and_steps(tuple(e.text for e in examples))
-    return [examples[i] for i in rank(problems, query or "", limit, length_norm=False, prior=steps)]
+    problems, steps, answers = _example_fields(tuple(e.text for e in examples))
+    order = rank(problems, query or "", None, length_norm=False, prior=steps)
+    chosen, shown = [], set()
+    for i in order:
+        if len(chosen) < limit and (answers[i] is None or answers[i] not in shown):
+            chosen.append(i)
+            shown.add(answers[i])
+    chosen.extend([i for i in order if i not in chosen][:limit - len(chosen)])
+    return [examples[i] for i in sorted(chosen, key=order.index)]
 
 
 @lru_cache(maxsize=64)
-def _problems_and_steps(texts: tuple[str, ...]) -> tuple[list[str], list[float]]:
-    """Each worked example's problem and how many steps its solution shows, read once per version's examples."""
+def _example_fields(texts: tuple[str, ...]) -> tuple[list[str], list[float], list[str | None]]:
+    """Each worked example's problem, how many steps its solution shows, and its final answer (the last boxed one,
+    normalized; None where it boxes none), read once per version's examples."""
     parts = [example_parts(text) for text in texts]
-    return [problem for problem, _ in parts], [float(solution_steps(solution)) for _, solution in parts]
+    boxed = [last_boxed(solution) for _, solution in parts]
+    return ([problem for problem, _ in parts], [float(solution_steps(solution)) for _, solution in parts],
+            [None if answer is None else normalize(answer) for answer in boxed])
 
 
 def _line(item: Experience) -> str:

@@ -1,9 +1,11 @@
+import json
+
 import pytest
 from pydantic import ValidationError
 
 from gym_tf.library import (
-    EMPTY_LIBRARY, EXAMPLES_HEADER, LIBRARY_HEADER, AddOp, DeleteOp, ExampleOp, MergeOp, NoneOp, OpAdapter, Provenance,
-    RenderPolicy, UpdateOp, apply_ops, ops_schema, render_library, select_items, with_library, with_policy,
+    EMPTY_LIBRARY, EXAMPLES_HEADER, LIBRARY_HEADER, AddOp, DeleteOp, ExampleOp, MergeOp, NoneOp, OpAdapter, OpsReply,
+    Provenance, RenderPolicy, UpdateOp, apply_ops, ops_schema, render_library, select_items, with_library, with_policy,
 )
 
 
@@ -74,6 +76,7 @@ def test_a_lesson_is_advice_in_words_not_one_problems_result():
 
 LIBRARY, ATTEMPTS, ECHO = ("not an instruction about the library", "no attempts and no reference answer",
                            "not the instructions copied back")
+STORY = "not a story of what one attempt did"
 
 
 @pytest.mark.parametrize("text, refusal", [
@@ -98,6 +101,14 @@ LIBRARY, ATTEMPTS, ECHO = ("not an instruction about the library", "no attempts 
     # the 0.5B learner on chain_sum (stop 31): the extract prompt's own sentence
     ("Propose at most 2 operations on the library. A lesson is a general strategy that would help on OTHER problems.",
      ECHO),
+    # the 0.5B learner in the README's main command on a 2-core AMD EPYC (2026-11-25), kept as a lesson until then
+    ("1.0: The model attempted to determine how many muffins are left after the baker sells three quarters of them. "
+     "The key steps were to calculate three quarters of the total number of muffins and subtract the number of "
+     "muffins sold from the total number of muffins to find out how many muffins are left. The experience the model "
+     "was given was \\boxed{none}", STORY),  # its first 370 characters (whole, it is refused as too long)
+    ("The model correctly computed each partial sum before adding.", STORY),
+    ("The key steps were to align the decimal points and add.", STORY),
+    ("Experiences it was given: none. Align the decimal points.", STORY),
     ("Add a running total after each step.", None),
     ("Reason step by step and box the final answer.", None),  # near the solve prompt, but in its own words
     ("Write a short check of each step before the answer.", None),
@@ -110,6 +121,8 @@ LIBRARY, ATTEMPTS, ECHO = ("not an instruction about the library", "no attempts 
     ("If your previous attempt at factoring failed, try grouping terms.", None),
     ("Make one attempt at estimating before computing exactly.", None),
     ("Measure each angle from its reference angle first.", None),
+    ("Say what the model of the problem is: rates, then times.", None),  # "model" not narrating an attempt
+    ("Write down the key steps, then compute each one.", None),
 ])
 def test_a_lesson_is_advice_to_the_solver_not_about_the_library_the_attempts_or_our_prompts(text, refusal):
     if refusal:
@@ -117,6 +130,19 @@ def test_a_lesson_is_advice_to_the_solver_not_about_the_library_the_attempts_or_
             OpAdapter.validate_python({"op": "add", "text": text})
     else:
         assert OpAdapter.validate_python({"op": "add", "text": text}).text == text
+
+
+def test_latex_that_json_read_as_escapes_reaches_the_solver_as_written():
+    """LaTeX in a learner's JSON: "\\boxed", "\\frac" and "\\times" are valid JSON escapes (backspace, form feed,
+    tab), so a plain JSON reader hands the solver "<BS>oxed"; a lesson gets back the backslashes the learner wrote."""
+    written = r"Write \frac{a}{b} in lowest terms, then \boxed{} the \times result."
+    reply = '{"operations": [{"op": "add", "text": "' + written + '"}]}'  # one backslash each, as a learner writes
+    assert json.loads(reply)["operations"][0]["text"] != written  # what JSON alone makes of it
+    (op,) = OpsReply.model_validate_json(reply).operations
+    assert op.text == written
+    # a line break stays one
+    (op,) = OpsReply.model_validate_json(r'{"operations": [{"op": "add", "text": "Check units.\nThen add."}]}').operations
+    assert op.text == "Check units.\nThen add."
 
 
 def test_a_full_budget_still_lets_a_new_lesson_in():
@@ -162,6 +188,22 @@ def test_in_a_template_family_the_examples_shown_are_those_with_the_most_steps_n
     assert [i.id for i in select_items(lib, None)] == ["E1", "E3"]
     # a problem sharing a number with the request still comes first: relevance, then steps
     assert [i.id for i in select_items(lib, "Calculate 8 + 15 + 22.")] == ["E1", "E4"]
+
+
+def test_the_examples_shown_together_box_different_answers_while_the_library_has_them():
+    def counted(text, answer, steps):
+        return example(f"Problem: How many times does the letter r appear in the text: {text}?\nSolution: "
+                       + "\n".join(f"word {i}" for i in range(steps)) + f"\n\\boxed{{{answer}}}")
+    lib, _ = apply_ops(EMPTY_LIBRARY, [counted("a rose", 1, 5), counted("the red", 1, 4), counted("our arrow", 3, 1),
+                                      counted("ride", "\\text{1}", 3)], step=1)
+    query = "How many times does the letter r appear in the text: a rare radio?"
+    # by relevance, then steps: E1, E2, E4, E3; E2 and E4 box 1 as E1 does (\text{1} read as 1), so E3 comes second
+    assert [i.id for i in select_items(lib, query)] == ["E1", "E3"]
+    # once every answer is shown, the rest follow by relevance
+    assert [i.id for i in select_items(with_policy(lib, RenderPolicy(examples=3)), query)] == ["E1", "E2", "E3"]
+    same, _ = apply_ops(EMPTY_LIBRARY, [counted("a rose", 1, 5), counted("the red", 1, 4), counted("ride", 1, 3)],
+                        step=1)
+    assert [i.id for i in select_items(same, query)] == ["E1", "E2"]  # one answer only: the most relevant ones
 
 
 def test_examples_are_matched_on_their_problem_not_their_solution():
