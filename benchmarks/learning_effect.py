@@ -14,6 +14,7 @@ default (no --base-url) on 2 CPU cores one family takes 20 to 50 minutes. Any Op
 a larger model.
 
     python benchmarks/learning_effect.py --families leg_counting,gcd --out bench-out
+    python benchmarks/learning_effect.py --screen --families dice,syllogism,spell_backward   # which to run
     python benchmarks/learning_effect.py --families basic_arithmetic --base-url http://127.0.0.1:8000/v1
     python benchmarks/learning_effect.py --families chain_sum --learner-model-file qwen2.5-coder-1.5b-q4_k_m.gguf
     python benchmarks/learning_effect.py --families decimal_arithmetic --model-file qwen2.5-coder-1.5b-q4_k_m.gguf
@@ -36,6 +37,7 @@ from gym_tf.backends.embedded import cpu_label  # noqa: E402
 from gym_tf.compare import compare, plot  # noqa: E402
 from gym_tf.config import OptimizeConfig, RolloutConfig  # noqa: E402
 from gym_tf.datasets import load_dataset  # noqa: E402
+from gym_tf.evaluate import evaluate  # noqa: E402
 from gym_tf.metrics import paired_difference  # noqa: E402
 from gym_tf.optimize import Optimizer  # noqa: E402
 from gym_tf.store import RunStore  # noqa: E402
@@ -45,7 +47,8 @@ from rewards import load_reward  # noqa: E402
 DEFAULT_FAMILIES = "leg_counting,gcd,basic_arithmetic,time_intervals"
 # reasoning-gym seeds item i with `seed + i`: one stream per --seed for the splits (SPLIT_SEED items apart, so no two
 # --seed values share an item seed), the probes from the far end of it
-SPLIT_SEED, PROBE_OFFSET = 1_000_000, 500_000
+SPLIT_SEED, PROBE_OFFSET, SCREEN_OFFSET = 1_000_000, 500_000, 750_000
+SCREEN_PROBLEMS = 8
 AIMS = {"band": task_levels.AIM, "half": task_levels.FIRST_AIM}
 
 
@@ -157,6 +160,40 @@ async def one_family(family: str, args: argparse.Namespace, out: Path) -> dict:
     comparison.record(store, str(test))
     plot(comparison, folder / "comparison.png", f"{family}: {backend.model}")
     return row(comparison.to_dict())
+
+
+async def screen(families: list[str], args: argparse.Namespace, out: Path) -> list[dict]:
+    """Which families the model can learn from, before paying for full runs: each family's easiest level that fills
+    the splits, `SCREEN_PROBLEMS` problems x 2 answers, no library, on a generator seed of its own (none of a run's
+    problems). Solved: the grader's full score. Cut: answers that ran to the token cap. The method needs some
+    answers right (a worked example to keep, a group to contrast); `--level auto` can climb from a family solved
+    often, but below level 0 there is nothing easier."""
+    backend = await make_backend(BackendConfig(base_url=args.base_url, model=args.model, model_file=args.model_file,
+                                               api_key=args.api_key))
+    sampling = RolloutConfig(max_completion_tokens=args.max_completion_tokens).sampling()
+    seed = SPLIT_SEED * args.seed + SCREEN_OFFSET
+    found = []
+    try:
+        for family in families:
+            needed = args.train + args.val + args.test + AIMS[args.level_aim].problems  # as the run's probe counts
+            levels = range(task_levels.max_level(family) + 1) if task_levels.has_levels(family) else ()
+            level = next((n for n in levels if task_levels.has_problems(family, n, needed, seed)), None)
+            path = out / f"screen-{family}.jsonl"
+            task_levels.write(family, SCREEN_PROBLEMS, seed, path, level)
+            report = await evaluate(backend, load_dataset(str(path)), load_reward(task_levels.REWARD), 2, sampling,
+                                    seed=seed)
+            answers = [r for group in report.rollouts.values() for r in group]
+            found.append({"family": family, "level": level, "answers": len(answers),
+                          "solved": sum((r.reward or 0.0) >= 1.0 for r in answers) / len(answers),
+                          "mean_reward": sum(r.reward or 0.0 for r in answers) / len(answers),
+                          "cut": sum(r.finish_reason == "length" for r in answers) / len(answers)})
+            print(f"{family}: level {level}, solved {found[-1]['solved']:.2f}, mean reward "
+                  f"{found[-1]['mean_reward']:.2f}, cut at {args.max_completion_tokens} tokens "
+                  f"{found[-1]['cut']:.2f}", flush=True)
+    finally:
+        await backend.aclose()
+    (out / "screen.json").write_text(json.dumps(found, indent=2), encoding="utf-8")
+    return found
 
 
 def prune_effect(comparison, prune: dict | None) -> dict | None:
@@ -338,6 +375,10 @@ def main() -> None:
     parser.add_argument("--report", type=Path, nargs="+", metavar="JSON",
                         help="print the table of runs already made, run nothing: their comparison.json files, or "
                              "results.json lists (a run's, or the archive benchmarks/results/learning_effect.json)")
+    parser.add_argument("--screen", action="store_true",
+                        help="run nothing but a screen of --families: each one's easiest level, "
+                             f"{SCREEN_PROBLEMS} problems x 2 answers, no library (solved, mean reward, answers cut at "
+                             "the token cap), to choose families the model can learn from")
     parser.add_argument("--plot", type=Path,
                         help="with --report: each run's intervals against no library and its vote, as a PNG")
     args = parser.parse_args()
@@ -353,6 +394,9 @@ def main() -> None:
         return
     args.out.mkdir(parents=True, exist_ok=True)
     print(f"CPU: {cpu_label()}", flush=True)
+    if args.screen:
+        asyncio.run(screen(args.families.split(","), args, args.out))
+        return
     rows = []
     for family in args.families.split(","):
         rows.append(asyncio.run(one_family(family, args, args.out)))

@@ -93,3 +93,30 @@ def test_the_level_column_shows_the_probes_and_the_levels_passed_over(bench):
     assert bench.level_text(skipped).startswith("2 (level 3: too few problems; probe level 2 0.25")
     assert bench.level_span([0, 1, 2, 3, 4]) == "levels 0-4" and bench.level_span([0, 2]) == "levels 0, 2"
     assert bench.level_text({"level": 1}) == "1" and bench.level_text({}) == "default"
+
+
+def test_the_screen_probes_each_familys_easiest_level_that_fills_the_splits(bench, tmp_path, monkeypatch):
+    """`--screen`: solved, mean reward and cut-off share per family, from the model's own answers, no library;
+    coin_flip's levels 0-4 make too few distinct problems for the splits, so its screen starts at level 5."""
+    import argparse
+    import asyncio
+
+    from fakes import ScriptedBackend
+    from gym_tf import task_levels
+
+    args = argparse.Namespace(base_url=None, model=None, model_file=None, api_key=None, max_completion_tokens=256,
+                              seed=3, train=16, val=6, test=24, level_aim="band")
+    seed = bench.SPLIT_SEED * args.seed + bench.SCREEN_OFFSET
+    gold = {r["problem"]: r["answer"] for family, level in (("leg_counting", 0), ("coin_flip", 5))
+            for r in task_levels.rows(family, bench.SCREEN_PROBLEMS, seed, level)}
+    backends = iter([ScriptedBackend(gold, skill=1.0)])
+
+    async def fake_backend(config):
+        assert config.base_url is None and config.model_file is None  # the embedded default, as a run would use
+        return next(backends)
+
+    monkeypatch.setattr(bench, "make_backend", fake_backend)
+    found = asyncio.run(bench.screen(["leg_counting", "coin_flip"], args, tmp_path))
+    assert [(f["family"], f["level"], f["answers"]) for f in found] == [("leg_counting", 0, 16), ("coin_flip", 5, 16)]
+    assert found[0]["solved"] == found[0]["mean_reward"] == 1.0 and found[0]["cut"] == 0.0
+    assert json.loads((tmp_path / "screen.json").read_text()) == found
