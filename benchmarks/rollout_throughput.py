@@ -12,13 +12,16 @@ limit, each group scored by the same reward. Throughput is completion tokens per
 The ratio that matters: gym-tf / best plain client at the same concurrency (target >= 0.95: the backend is the
 limit, not gym-tf). Arms run in alternating order, several times, and the best of each is kept, against machine noise.
 The embedded table also runs gym-tf on a one-slot engine, a group's samples one after another, as the engine decoded
-before groups went in one batch: the last line is the speed-up of batching on this CPU.
+before groups went in one batch: the last line is the speed-up of batching on this CPU. The server table runs
+llama.cpp's server with the slots `gym-tf serve` gives the embedded model, and the concurrent client once more on a
+one-slot server, as `serve` started it before: its last line is what concurrent requests gain from the slots.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import gc
 import subprocess
 import sys
@@ -32,7 +35,8 @@ from rich.table import Table
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
 from gym_tf.backends import Sampling  # noqa: E402
-from gym_tf.backends.embedded import EmbeddedBackend, cpu_info, default_model_path, engine_features  # noqa: E402
+from gym_tf.backends.embedded import (SLOTS, EmbeddedBackend, cpu_info, default_model_path,  # noqa: E402
+                                     engine_features)
 from gym_tf.backends.openai_http import OpenAIBackend  # noqa: E402
 from gym_tf.datasets import load_dataset  # noqa: E402
 from gym_tf.library import EMPTY_LIBRARY  # noqa: E402
@@ -172,27 +176,40 @@ def bench_embedded(args) -> None:
                   f"{tokens / seconds / (alone[0] / alone[1]):.2f}x")
 
 
-def bench_server(args) -> None:
-    port = 8765
-    server = subprocess.Popen(  # llama.cpp's own server in a child process (tests/llama_server.py)
+@contextlib.contextmanager
+def llama_server(port: int, slots: int):
+    """llama.cpp's own server with `slots` slots in a child process (tests/llama_server.py), as `gym-tf serve` starts
+    it in-process when no upstream is named; its base URL once it answers."""
+    import httpx
+
+    server = subprocess.Popen(
         [sys.executable, str(Path(__file__).resolve().parents[1] / "tests" / "llama_server.py"),
-         str(default_model_path()), str(port), "m"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+         str(default_model_path()), str(port), "m", str(slots)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         url = f"http://127.0.0.1:{port}/v1"
-        import httpx
-
         for _ in range(120):
             try:
                 httpx.get(f"{url}/models", timeout=1)
                 break
             except httpx.HTTPError:
                 time.sleep(0.5)
-        problems = workload(args.problems)
-        results: dict[str, tuple[int, float]] = {}
-        for _ in range(args.repeats):
+        yield url
+    finally:
+        server.terminate()
+        server.wait()
+
+
+def bench_server(args) -> None:
+    """On llama.cpp's server with `SLOTS` slots, as `serve` starts it; and the same concurrent client on a one-slot
+    server, as `serve` started it before: the speed-up that concurrent requests get from decoding together."""
+    problems = workload(args.problems)
+    results: dict[str, tuple[int, float]] = {}
+    in_flight = f"plain client, {args.concurrency} in flight"
+    for repeat in range(args.repeats):
+        with llama_server(8765, SLOTS) as url:
             keep_best(results, "plain client, sequential",
                       asyncio.run(plain_http_arm(url, "m", problems, args.group, args.max_tokens, 1)))
-            keep_best(results, f"plain client, {args.concurrency} in flight",
+            keep_best(results, in_flight,
                       asyncio.run(plain_http_arm(url, "m", problems, args.group, args.max_tokens, args.concurrency)))
 
             async def ours():
@@ -203,11 +220,15 @@ def bench_server(args) -> None:
                     await backend.aclose()
 
             keep_best(results, "gym-tf engine", asyncio.run(ours()))
-        report("OpenAI-compatible server (llama.cpp's server on loopback)", results, "plain client, sequential",
-               "gym-tf engine")
-    finally:
-        server.terminate()
-        server.wait()
+        with llama_server(8766, 1) as url:
+            keep_best(results, f"{in_flight}, 1-slot server", asyncio.run(
+                plain_http_arm(url, "m", problems, args.group, args.max_tokens, args.concurrency)))
+    report(f"OpenAI-compatible server (llama.cpp's server on loopback, {SLOTS} slots)", results,
+           "plain client, sequential", "gym-tf engine")
+    one_slot = results[f"{in_flight}, 1-slot server"]
+    many = results[in_flight]
+    console.print(f"{args.concurrency} requests in flight, {SLOTS} slots / 1 slot: "
+                  f"{many[0] / many[1] / (one_slot[0] / one_slot[1]):.2f}x")
 
 
 if __name__ == "__main__":

@@ -232,15 +232,17 @@ def free_port() -> int:
 
 def start_embedded(model_file: str | None = None, n_ctx: int = 4096) -> tuple[Upstream, Any]:
     """Serve the embedded GGUF with llama.cpp's own OpenAI-compatible server (xllamacpp) on a loopback port, in
-    this process. The returned server object must be kept alive for as long as the upstream is used."""
+    this process. The returned server object must be kept alive for as long as the upstream is used. Its `SLOTS`
+    slots decode concurrent requests (and the proxy's fan-out of one request's `n`) together in one batch; a request
+    beyond them waits for a slot."""
     import xllamacpp
 
-    from gym_tf.backends.embedded import DEFAULT_MODEL_NAME, check_engine, default_model_path, server_params
+    from gym_tf.backends.embedded import DEFAULT_MODEL_NAME, SLOTS, check_engine, default_model_path, server_params
 
     check_engine()
     path = Path(model_file) if model_file else default_model_path()
     alias = DEFAULT_MODEL_NAME if model_file is None else path.stem
-    params = server_params(path, n_ctx, threads=None, port=free_port())
+    params = server_params(path, n_ctx, threads=None, port=free_port(), slots=SLOTS)
     params.model_alias = {alias}  # a set in llama.cpp's params: a plain string would become its letters
     server = xllamacpp.Server(params)
     # llama.cpp's server refuses n > 1 in chat completions: the proxy fans out instead.

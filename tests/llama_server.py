@@ -1,5 +1,5 @@
 """llama.cpp's own OpenAI-compatible server (through xllamacpp) in a child process: `python llama_server.py MODEL
-PORT ALIAS`. Runs until terminated. A real third-party server for the tests: it refuses `n > 1`."""
+PORT ALIAS [SLOTS]`. Runs until terminated. A real third-party server for the tests: it refuses `n > 1`."""
 
 import signal
 import sys
@@ -10,7 +10,8 @@ import xllamacpp
 from gym_tf.backends.embedded import server_params
 
 model, port, alias = sys.argv[1], int(sys.argv[2]), sys.argv[3]
-params = server_params(model, n_ctx=4096, threads=None, port=port)
+slots = int(sys.argv[4]) if len(sys.argv) > 4 else 1
+params = server_params(model, n_ctx=4096, threads=None, port=port, slots=slots)
 params.model_alias = {alias}
 server = xllamacpp.Server(params)
 stop = threading.Event()
