@@ -186,14 +186,14 @@ def llama_server(port: int, slots: int):
         [sys.executable, str(Path(__file__).resolve().parents[1] / "tests" / "llama_server.py"),
          str(default_model_path()), str(port), "m", str(slots)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        url = f"http://127.0.0.1:{port}/v1"
-        for _ in range(120):
+        for _ in range(240):  # /v1/models answers while the model still loads; /health says 200 once it can decode
             try:
-                httpx.get(f"{url}/models", timeout=1)
-                break
+                if httpx.get(f"http://127.0.0.1:{port}/health", timeout=1).status_code == 200:
+                    break
             except httpx.HTTPError:
-                time.sleep(0.5)
-        yield url
+                pass
+            time.sleep(0.5)
+        yield f"http://127.0.0.1:{port}/v1"
     finally:
         server.terminate()
         server.wait()

@@ -45,3 +45,65 @@ async def test_concurrent_refusals_fall_back_once_and_keep_the_constraint():
     assert [b["response_format"]["type"] for b in bodies] == ["json_schema"] * 3 + ["json_object"] * 3
     assert all(b["response_format"]["schema"] == SCHEMA for b in bodies[3:])
     await backend.aclose()
+
+
+def first_choice_usage_server(lengths: list[int]):
+    """Answers n > 1 as llama.cpp's llama-server does with several slots: `usage.completion_tokens` counts the first
+    choice alone; with `logprobs`, each choice carries one entry per token. Choice i is `lengths[i]` tokens long and
+    cut at `max_tokens` when it reaches it."""
+    bodies: list[dict] = []
+
+    def handle(request: httpx.Request) -> httpx.Response:
+        body = json.loads(request.content)
+        bodies.append(body)
+        cap = body["max_tokens"]
+        used = [min(length, cap) for length in lengths[:body.get("n", 1)]]
+        choices = [{"index": i, "message": {"role": "assistant", "content": "w " * k},
+                    "finish_reason": "length" if k == cap else "stop",
+                    "logprobs": {"content": [{"token": "w", "logprob": -0.1, "bytes": None, "top_logprobs": []}] * k}
+                    if body.get("logprobs") else None}
+                   for i, k in enumerate(used)]
+        return httpx.Response(200, json={
+            "id": "x", "object": "chat.completion", "created": 0, "model": body["model"], "choices": choices,
+            "usage": {"prompt_tokens": 3, "completion_tokens": used[0], "total_tokens": 3 + used[0]}})
+
+    return handle, bodies
+
+
+async def test_a_server_that_counts_the_first_choice_alone_is_counted_per_choice():
+    handle, bodies = first_choice_usage_server([6, 8, 8, 3])
+    backend = OpenAIBackend("http://fake/v1", model="m", max_retries=0, transport=httpx.MockTransport(handle))
+    messages = [{"role": "user", "content": "Count."}]
+    # the first group gives it away: two choices were cut at 8 tokens, yet usage says 6 in all
+    first = await backend.generate(messages, n=4, max_tokens=8)
+    assert backend.counts_each_choice is False and "logprobs" not in bodies[0]
+    assert [c.completion_tokens for c in first.choices] == [2, 8, 8, 1]  # usage shared out, raised to what is known
+    assert first.completion_tokens == 19  # a lower bound of the true 25, where usage alone said 6
+    # every later group is counted exactly, off each choice's log-probabilities
+    later = await backend.generate(messages, n=4, max_tokens=8)
+    assert bodies[1]["logprobs"] is True and bodies[1]["top_logprobs"] == 1
+    assert [c.completion_tokens for c in later.choices] == [6, 8, 8, 3] and later.completion_tokens == 25
+    # a single answer is asked as before
+    one = await backend.generate(messages, max_tokens=8)
+    assert "logprobs" not in bodies[2] and one.completion_tokens == 6
+    await backend.aclose()
+
+
+async def test_a_server_whose_usage_counts_every_choice_is_not_asked_for_log_probabilities():
+    bodies = []
+
+    def handle(request: httpx.Request) -> httpx.Response:
+        body = json.loads(request.content)
+        bodies.append(body)
+        choices = [{"index": i, "message": {"role": "assistant", "content": "ok"}, "finish_reason": "length"}
+                   for i in range(body["n"])]
+        usage = {"prompt_tokens": 3, "completion_tokens": 8 * body["n"], "total_tokens": 3 + 8 * body["n"]}
+        return httpx.Response(200, json={"id": "x", "object": "chat.completion", "created": 0, "model": "m",
+                                         "choices": choices, "usage": usage})
+
+    backend = OpenAIBackend("http://fake/v1", model="m", max_retries=0, transport=httpx.MockTransport(handle))
+    for _ in range(2):
+        group = await backend.generate([{"role": "user", "content": "Hi"}], n=3, max_tokens=8)
+        assert [c.completion_tokens for c in group.choices] == [8, 8, 8]
+    assert backend.counts_each_choice is None and not any("logprobs" in b for b in bodies)
+    await backend.aclose()

@@ -12,7 +12,7 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from conftest import run_cli
+from conftest import free_port, run_cli, wait_for
 from gym_tf.backends import BackendConfig, make_backend
 from gym_tf.backends.openai_http import OpenAIBackend
 from gym_tf.errors import ModelNotFound
@@ -37,6 +37,29 @@ async def test_openai_backend_against_a_server_that_refuses_n(llama_server):
     jsonschema.validate(json.loads(ops.choices[0].text), ops_schema(2))
     assert backend.schema_modes == ["json_schema", "json_object"]
     await backend.aclose()
+
+
+async def test_llama_servers_usage_of_a_group_is_counted_per_choice(embedded_model_path):
+    """llama.cpp's server with several slots (llama-server's own default is 4) answers n > 1 in one reply, whose
+    usage counts the first choice alone: the backend learns it from the first group and counts each choice after."""
+    port = free_port()
+    server = subprocess.Popen([sys.executable, str(Path(__file__).parent / "llama_server.py"), str(embedded_model_path),
+                               str(port), "qwen-0.5b", "4"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_for(f"http://127.0.0.1:{port}/health", server)
+        backend = OpenAIBackend(f"http://127.0.0.1:{port}/v1", "qwen-0.5b", max_retries=0)
+        long = [{"role": "user", "content": "Count from 1 to 100, separated by commas."}]  # every answer cut at 6
+        first = await backend.generate(long, n=4, max_tokens=6, seed=1)
+        assert backend.supports_n is True and backend.counts_each_choice is False
+        assert [c.finish_reason for c in first.choices] == ["length"] * 4 and first.completion_tokens == 24
+        later = await backend.generate([{"role": "user", "content": "Say yes or no."}], n=4, max_tokens=24, seed=2)
+        counts = [c.completion_tokens for c in later.choices]
+        assert later.completion_tokens == sum(counts) and all(0 < k <= 24 for k in counts)
+        assert [k == 24 for k in counts] == [c.finish_reason == "length" for c in later.choices]
+        await backend.aclose()
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
 
 
 async def test_unknown_model_names_what_the_server_serves(llama_server):

@@ -40,6 +40,10 @@ class OpenAIBackend:
         )
         self.slots = ConcurrencyLimit(concurrency, adaptive=adaptive)
         self.supports_n: bool | None = None  # learned from the first group request
+        # Whether the usage of an n > 1 reply counts every choice. llama.cpp's llama-server (whose default is 4
+        # slots) counts the first choice alone: learned when a reply's usage is below what its choices must have
+        # used; from then on each choice is counted off its per-token log-probabilities.
+        self.counts_each_choice: bool | None = None
         # How to ask for schema-constrained JSON, learned by trying: OpenAI/vLLM/llama.cpp's llama-server take
         # `json_schema`; llama-cpp-python's server only `json_object` with a `schema`; others neither.
         self.schema_modes: list[str] = ["json_schema", "json_object"]
@@ -97,6 +101,8 @@ class OpenAIBackend:
         )
         if n > 1:
             kwargs["n"] = n
+            if self.counts_each_choice is False:
+                kwargs.update(logprobs=True, top_logprobs=1)
         if params.seed is not None:
             # A different seed per single request, so a server without `n` still gives G different samples.
             kwargs["seed"] = params.seed + offset
@@ -138,11 +144,11 @@ class OpenAIBackend:
                 refused = False
         if refused:
             return await self._request(messages, n, params, offset)
-        generation = self._generation(reply, time.perf_counter() - start)
+        generation = self._generation(reply, time.perf_counter() - start, params.max_tokens)
         self.slots.observe(generation.latency_s, generation.completion_tokens)
         return generation
 
-    def _generation(self, reply: Any, latency_s: float) -> Generation:
+    def _generation(self, reply: Any, latency_s: float, max_tokens: int | None = None) -> Generation:
         """The reply as a Generation. The client does not validate what a server sends (an HTML login page arrives
         as a str, a reply without choices as a ChatCompletion with `choices=None`): anything that is not a chat
         completion is a named failure, not an AttributeError (found by tests/test_attack_faults.py)."""
@@ -151,14 +157,31 @@ class OpenAIBackend:
             completion_tokens = int(usage.completion_tokens) if usage else 0
             prompt_tokens = int(usage.prompt_tokens) if usage else 0
             ordered = sorted(reply.choices, key=lambda c: c.index)
-            per_choice = split_tokens(completion_tokens, max(1, len(ordered)))
+            per_choice = self._per_choice(ordered, completion_tokens, max_tokens)
             choices = [Choice(text=_text(c.message.content), finish_reason=c.finish_reason, completion_tokens=t)
                        for c, t in zip(ordered, per_choice)]
+            completion_tokens = max(completion_tokens, sum(per_choice))
         except (AttributeError, TypeError, ValueError):
             raise BackendRequestFailed(f"{self.base_url} (model {self.model!r}) answered with something that is not "
                                        f"a chat completion: {str(reply)[:200]!r}") from None
         return Generation(choices=choices, prompt_tokens=prompt_tokens, completion_tokens=completion_tokens,
                           latency_s=latency_s)
+
+    def _per_choice(self, ordered: list[Any], reported: int, max_tokens: int | None) -> list[int]:
+        """Each choice's completion tokens: off its log-probabilities where the server sent them for every choice,
+        else the usage shared out. A usage below what the choices must have used (each cut at `max_tokens` used that
+        many, any other at least one) counted only some of them: those bounds are counted instead, and later
+        requests ask for log-probabilities."""
+        counted = [len(c.logprobs.content) if getattr(c, "logprobs", None) and c.logprobs.content is not None
+                   else None for c in ordered]
+        if len(ordered) > 1 and None not in counted:
+            return counted
+        shared = split_tokens(reported, max(1, len(ordered)))
+        floor = [max_tokens if c.finish_reason == "length" and max_tokens else 1 for c in ordered]
+        if len(ordered) > 1 and reported < sum(floor):
+            self.counts_each_choice = False
+            return [max(f, t) for f, t in zip(floor, shared)]
+        return shared
 
     def _failed(self, exc: openai.APIStatusError) -> Exception:
         if exc.status_code == 404:
