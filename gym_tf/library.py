@@ -90,8 +90,15 @@ _ESCAPED = {"\x08": "\\b", "\x0c": "\\f", "\t": "\\t", "\r": "\\r"}
 
 
 def _latex_restored(text: Any) -> Any:
-    """Before the length check, which then counts what the solver will read."""
-    return _LATEX_READ_AS_ESCAPES.sub(lambda found: _ESCAPED[found.group(0)], text) if isinstance(text, str) else text
+    """Before the length check, which then counts what the solver will read, and says so in characters (pydantic's
+    own message after a before-validator counts "items", which a learner asked again reads as noise)."""
+    if not isinstance(text, str):
+        return text
+    text = _LATEX_READ_AS_ESCAPES.sub(lambda found: _ESCAPED[found.group(0)], text)
+    if len(text) > MAX_EXPERIENCE_CHARS:
+        raise ValueError(f"a lesson is at most {MAX_EXPERIENCE_CHARS} characters, this one {len(text)}: say it "
+                         "shorter")
+    return text
 
 
 # What a stored lesson must be (a version from a file or a peer is checked against it): as long as ops allow. The

@@ -143,6 +143,9 @@ def test_latex_that_json_read_as_escapes_reaches_the_solver_as_written():
     # a line break stays one
     (op,) = OpsReply.model_validate_json(r'{"operations": [{"op": "add", "text": "Check units.\nThen add."}]}').operations
     assert op.text == "Check units.\nThen add."
+    # too long once read as written (the 0.5B learner's reply in the main command on the AMD EPYC): said in characters
+    with pytest.raises(ValidationError, match="a lesson is at most 400 characters, this one 401"):
+        OpsReply.model_validate_json('{"operations": [{"op": "add", "text": "' + "a" * 395 + r' \frac"}]}')
 
 
 def test_a_full_budget_still_lets_a_new_lesson_in():
