@@ -395,6 +395,8 @@ def main() -> None:
     args.out.mkdir(parents=True, exist_ok=True)
     print(f"CPU: {cpu_label()}", flush=True)
     if args.screen:
+        if "quickstart" in args.families.split(","):
+            parser.error("--screen probes reasoning-gym families; quickstart has no levels to screen")
         asyncio.run(screen(args.families.split(","), args, args.out))
         return
     rows = []

@@ -187,12 +187,16 @@ def llama_server(port: int, slots: int):
          str(default_model_path()), str(port), "m", str(slots)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         for _ in range(240):  # /v1/models answers while the model still loads; /health says 200 once it can decode
+            if server.poll() is not None:
+                raise RuntimeError(f"llama.cpp's server on port {port} exited with {server.returncode}")
             try:
                 if httpx.get(f"http://127.0.0.1:{port}/health", timeout=1).status_code == 200:
                     break
             except httpx.HTTPError:
                 pass
             time.sleep(0.5)
+        else:
+            raise RuntimeError(f"llama.cpp's server on port {port} not ready after 120 s")
         yield f"http://127.0.0.1:{port}/v1"
     finally:
         server.terminate()
@@ -221,11 +225,11 @@ def bench_server(args) -> None:
 
             keep_best(results, "gym-tf engine", asyncio.run(ours()))
         with llama_server(8766, 1) as url:
-            keep_best(results, f"{in_flight}, 1-slot server", asyncio.run(
+            keep_best(results, f"1-slot server: {in_flight}", asyncio.run(
                 plain_http_arm(url, "m", problems, args.group, args.max_tokens, args.concurrency)))
     report(f"OpenAI-compatible server (llama.cpp's server on loopback, {SLOTS} slots)", results,
            "plain client, sequential", "gym-tf engine")
-    one_slot = results[f"{in_flight}, 1-slot server"]
+    one_slot = results[f"1-slot server: {in_flight}"]
     many = results[in_flight]
     console.print(f"{args.concurrency} requests in flight, {SLOTS} slots / 1 slot: "
                   f"{many[0] / many[1] / (one_slot[0] / one_slot[1]):.2f}x")

@@ -49,12 +49,12 @@ _ABOUT_THE_GRADING = re.compile(
 # "1.0: The model attempted to determine how many muffins are left ... The key steps were to calculate three quarters
 # ... The experience the model was given was \boxed{none}" (the 0.5B learner in the README's main command, on a 2-core
 # AMD EPYC, 2026-11-25): a summary of one attempt, in the shape the summarize stage writes, kept as a lesson. A
-# solver reads a story about another answer, not advice. A heuristic: the narrator's past tense about the model or
-# its attempt, and the summary's own phrases.
+# solver reads a story about another answer, not advice. A heuristic, kept to the summary's own forms: "the model"
+# followed at once by a verb of attempting, a grade or "was given" ("the model car was built to scale", "the model
+# used (rate x time)" and "if the attempt failed, ..." are advice), "the key steps were to", "experiences it was given".
 _NARRATES_AN_ATTEMPT = re.compile(
-    r"\bthe\s+(?:model|attempt|solver|assistant)\s+(?:\w+\s+){0,2}?(?:attempted|tried|was|were|used|did|made|got|gave|"
-    r"answered|calculated|computed|found|failed|succeeded|determined|wrote|started|began|reached|arrived|concluded)\b"
-    r"|\bkey\s+steps\s+were\b|\bexperiences?\s+(?:the\s+model|it)\s+(?:was|were)\s+given\b", re.IGNORECASE)
+    r"\bthe\s+model\s+(?:attempted|tried|(?:was|were)\s+given|correctly|incorrectly|failed\s+to)\b"
+    r"|\bthe\s+key\s+steps\s+were\s+to\b|\bexperiences?\s+(?:the\s+model|it)\s+(?:was|were)\s+given\b", re.IGNORECASE)
 
 
 def _says_something(text: str) -> str:

@@ -245,7 +245,8 @@ def start_embedded(model_file: str | None = None, n_ctx: int = 4096) -> tuple[Up
     params = server_params(path, n_ctx, threads=None, port=free_port(), slots=SLOTS)
     params.model_alias = {alias}  # a set in llama.cpp's params: a plain string would become its letters
     server = xllamacpp.Server(params)
-    # llama.cpp's server refuses n > 1 in chat completions: the proxy fans out instead.
+    # The proxy fans n out: llama.cpp's server refuses n > 1 on one slot, and with several its usage counts the first
+    # choice alone.
     return Upstream(f"{server.listening_address}/v1", model=alias, supports_n=False), server
 
 

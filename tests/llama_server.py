@@ -1,5 +1,6 @@
 """llama.cpp's own OpenAI-compatible server (through xllamacpp) in a child process: `python llama_server.py MODEL
-PORT ALIAS [SLOTS]`. Runs until terminated. A real third-party server for the tests: it refuses `n > 1`."""
+PORT ALIAS [SLOTS]`. Runs until terminated. A real third-party server for the tests: with one slot (the default)
+it refuses `n > 1`; with several it answers n choices and counts the first alone in its usage."""
 
 import signal
 import sys

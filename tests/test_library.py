@@ -123,6 +123,12 @@ STORY = "not a story of what one attempt did"
     ("Measure each angle from its reference angle first.", None),
     ("Say what the model of the problem is: rates, then times.", None),  # "model" not narrating an attempt
     ("Write down the key steps, then compute each one.", None),
+    # advice that merely names a model, an attempt or key steps (a reviewer's cases)
+    ("If the attempt at factoring failed, try grouping terms.", None),
+    ("If the model car was built at 1:50 scale, multiply each length by 50.", None),
+    ("Name the model used (rate x time) before computing.", None),
+    ("Check whether the solver found every case before summing.", None),
+    ("Recheck any count where key steps were skipped.", None),
 ])
 def test_a_lesson_is_advice_to_the_solver_not_about_the_library_the_attempts_or_our_prompts(text, refusal):
     if refusal:

@@ -58,7 +58,7 @@ def first_choice_usage_server(lengths: list[int]):
         bodies.append(body)
         cap = body["max_tokens"]
         used = [min(length, cap) for length in lengths[:body.get("n", 1)]]
-        choices = [{"index": i, "message": {"role": "assistant", "content": "w " * k},
+        choices = [{"index": i, "message": {"role": "assistant", "content": "word " * k},
                     "finish_reason": "length" if k == cap else "stop",
                     "logprobs": {"content": [{"token": "w", "logprob": -0.1, "bytes": None, "top_logprobs": []}] * k}
                     if body.get("logprobs") else None}
@@ -106,4 +106,42 @@ async def test_a_server_whose_usage_counts_every_choice_is_not_asked_for_log_pro
         group = await backend.generate([{"role": "user", "content": "Hi"}], n=3, max_tokens=8)
         assert [c.completion_tokens for c in group.choices] == [8, 8, 8]
     assert backend.counts_each_choice is None and not any("logprobs" in b for b in bodies)
+    await backend.aclose()
+
+
+async def test_a_group_that_stops_by_itself_still_shows_a_usage_that_counted_one_choice():
+    """No choice cut at the cap, so no bound is broken: the characters left to each counted token give it away
+    (llama.cpp's usage counts the first of four similar answers)."""
+    handle, bodies = first_choice_usage_server([10, 10, 10, 10])
+    backend = OpenAIBackend("http://fake/v1", model="m", max_retries=0, transport=httpx.MockTransport(handle))
+    first = await backend.generate([{"role": "user", "content": "Count."}], n=4, max_tokens=64)
+    assert backend.counts_each_choice is False  # 200 characters of text against 10 tokens counted
+    assert first.completion_tokens == 10  # no bound is known above what usage said: counted as it was
+    later = await backend.generate([{"role": "user", "content": "Count."}], n=4, max_tokens=64)
+    assert bodies[1]["logprobs"] is True and later.completion_tokens == 40
+    await backend.aclose()
+
+
+async def test_a_server_that_refuses_log_probabilities_is_asked_again_without_them():
+    calls = []
+
+    def handle(request: httpx.Request) -> httpx.Response:
+        body = json.loads(request.content)
+        calls.append(body)
+        if body.get("logprobs"):
+            return httpx.Response(400, json={"error": {"message": "logprobs is not supported"}})
+        choices = [{"index": i, "message": {"role": "assistant", "content": "word " * 8}, "finish_reason": "length"}
+                   for i in range(body["n"])]
+        return httpx.Response(200, json={"id": "x", "object": "chat.completion", "created": 0, "model": "m",
+                                         "choices": choices,
+                                         "usage": {"prompt_tokens": 3, "completion_tokens": 8, "total_tokens": 11}})
+
+    backend = OpenAIBackend("http://fake/v1", model="m", max_retries=0, transport=httpx.MockTransport(handle))
+    messages = [{"role": "user", "content": "Hi"}]
+    await backend.generate(messages, n=2, max_tokens=8)  # finds the usage counts one choice
+    group = await backend.generate(messages, n=2, max_tokens=8)  # asks with log-probabilities, refused, asks again
+    assert [bool(b.get("logprobs")) for b in calls] == [False, True, False]
+    assert backend.logprobs_refused and group.completion_tokens == 16  # the bounds, as on the first group
+    await backend.generate(messages, n=2, max_tokens=8)
+    assert "logprobs" not in calls[-1] and len(calls) == 4  # never asked again
     await backend.aclose()

@@ -19,6 +19,11 @@ from gym_tf.backends.limits import ConcurrencyLimit
 from gym_tf.errors import BackendRequestFailed, BackendUnreachable, ModelNotFound
 
 
+# Tokenizers average 3 to 5 characters a token on text; a group's usage that leaves many more to each token counted
+# cannot have counted the whole group (llama.cpp's leaves the group's n times the first choice's share).
+MAX_CHARS_PER_TOKEN = 8
+
+
 class OpenAIBackend:
     def __init__(
         self,
@@ -42,8 +47,10 @@ class OpenAIBackend:
         self.supports_n: bool | None = None  # learned from the first group request
         # Whether the usage of an n > 1 reply counts every choice. llama.cpp's llama-server (whose default is 4
         # slots) counts the first choice alone: learned when a reply's usage is below what its choices must have
-        # used; from then on each choice is counted off its per-token log-probabilities.
+        # used; from then on each choice is counted off its per-token log-probabilities, unless the server refuses
+        # to send them (`logprobs_refused`: the usage is then shared out, as before).
         self.counts_each_choice: bool | None = None
+        self.logprobs_refused = False
         # How to ask for schema-constrained JSON, learned by trying: OpenAI/vLLM/llama.cpp's llama-server take
         # `json_schema`; llama-cpp-python's server only `json_object` with a `schema`; others neither.
         self.schema_modes: list[str] = ["json_schema", "json_object"]
@@ -101,7 +108,7 @@ class OpenAIBackend:
         )
         if n > 1:
             kwargs["n"] = n
-            if self.counts_each_choice is False:
+            if self.counts_each_choice is False and not self.logprobs_refused:
                 kwargs.update(logprobs=True, top_logprobs=1)
         if params.seed is not None:
             # A different seed per single request, so a server without `n` still gives G different samples.
@@ -125,12 +132,14 @@ class OpenAIBackend:
             except openai.APIStatusError as exc:
                 if exc.status_code == 429:
                     self.slots.overloaded()
-                if "response_format" not in kwargs or "response_format" not in str(exc.message):
+                if kwargs.get("logprobs") and exc.status_code == 400 and "logprobs" in str(exc.message):
+                    self.logprobs_refused = True  # ask again without: counted as before, not failed for good
+                elif "response_format" not in kwargs or "response_format" not in str(exc.message):
                     raise self._failed(exc) from None
-                # This server refuses this way of asking for JSON: try the next way, or none (the learner
-                # validates every reply anyway). Drop the refused mode, not the head of the list: another
-                # request refused the same way may have dropped it already.
-                if mode in self.schema_modes:
+                elif mode in self.schema_modes:
+                    # This server refuses this way of asking for JSON: try the next way, or none (the learner
+                    # validates every reply anyway). Drop the refused mode, not the head of the list: another
+                    # request refused the same way may have dropped it already.
                     self.schema_modes.remove(mode)
                 refused = True
             except openai.APIConnectionError as exc:
@@ -169,16 +178,20 @@ class OpenAIBackend:
 
     def _per_choice(self, ordered: list[Any], reported: int, max_tokens: int | None) -> list[int]:
         """Each choice's completion tokens: off its log-probabilities where the server sent them for every choice,
-        else the usage shared out. A usage below what the choices must have used (each cut at `max_tokens` used that
-        many, any other at least one) counted only some of them: those bounds are counted instead, and later
-        requests ask for log-probabilities."""
+        else the usage shared out. A usage that counted only some choices is found out two ways: it is below what
+        the choices must have used (each cut at `max_tokens` used that many, any other at least one), or it leaves
+        more than `MAX_CHARS_PER_TOKEN` characters of the group's text to each token counted. Then those bounds are
+        counted, and later requests ask for log-probabilities."""
         counted = [len(c.logprobs.content) if getattr(c, "logprobs", None) and c.logprobs.content is not None
                    else None for c in ordered]
         if len(ordered) > 1 and None not in counted:
             return counted
         shared = split_tokens(reported, max(1, len(ordered)))
+        if len(ordered) < 2 or reported <= 0:  # one choice, or no usage at all: nothing to check it against
+            return shared
         floor = [max_tokens if c.finish_reason == "length" and max_tokens else 1 for c in ordered]
-        if len(ordered) > 1 and reported < sum(floor):
+        chars = sum(len(c.message.content or "") for c in ordered)
+        if reported < sum(floor) or chars > MAX_CHARS_PER_TOKEN * reported:
             self.counts_each_choice = False
             return [max(f, t) for f, t in zip(floor, shared)]
         return shared
