@@ -89,17 +89,22 @@ async def test_a_server_that_counts_the_first_choice_alone_is_counted_per_choice
     await backend.aclose()
 
 
+def cut_group_reply(n: int, content: str, completion_tokens: int) -> httpx.Response:
+    """n choices of `content`, each cut at the cap, and a usage of `completion_tokens` for the whole reply."""
+    choices = [{"index": i, "message": {"role": "assistant", "content": content}, "finish_reason": "length"}
+               for i in range(n)]
+    usage = {"prompt_tokens": 3, "completion_tokens": completion_tokens, "total_tokens": 3 + completion_tokens}
+    return httpx.Response(200, json={"id": "x", "object": "chat.completion", "created": 0, "model": "m",
+                                     "choices": choices, "usage": usage})
+
+
 async def test_a_server_whose_usage_counts_every_choice_is_not_asked_for_log_probabilities():
     bodies = []
 
     def handle(request: httpx.Request) -> httpx.Response:
         body = json.loads(request.content)
         bodies.append(body)
-        choices = [{"index": i, "message": {"role": "assistant", "content": "ok"}, "finish_reason": "length"}
-                   for i in range(body["n"])]
-        usage = {"prompt_tokens": 3, "completion_tokens": 8 * body["n"], "total_tokens": 3 + 8 * body["n"]}
-        return httpx.Response(200, json={"id": "x", "object": "chat.completion", "created": 0, "model": "m",
-                                         "choices": choices, "usage": usage})
+        return cut_group_reply(body["n"], "ok", 8 * body["n"])
 
     backend = OpenAIBackend("http://fake/v1", model="m", max_retries=0, transport=httpx.MockTransport(handle))
     for _ in range(2):
@@ -130,11 +135,7 @@ async def test_a_server_that_refuses_log_probabilities_is_asked_again_without_th
         calls.append(body)
         if body.get("logprobs"):
             return httpx.Response(400, json={"error": {"message": "logprobs is not supported"}})
-        choices = [{"index": i, "message": {"role": "assistant", "content": "word " * 8}, "finish_reason": "length"}
-                   for i in range(body["n"])]
-        return httpx.Response(200, json={"id": "x", "object": "chat.completion", "created": 0, "model": "m",
-                                         "choices": choices,
-                                         "usage": {"prompt_tokens": 3, "completion_tokens": 8, "total_tokens": 11}})
+        return cut_group_reply(body["n"], "word " * 8, 8)
 
     backend = OpenAIBackend("http://fake/v1", model="m", max_retries=0, transport=httpx.MockTransport(handle))
     messages = [{"role": "user", "content": "Hi"}]
