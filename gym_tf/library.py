@@ -13,13 +13,13 @@ from dataclasses import dataclass
 from functools import cached_property, lru_cache
 from typing import Annotated, Any, Iterable, Literal, Union
 
-from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, TypeAdapter, field_validator, model_serializer
+from pydantic import (AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, TypeAdapter, field_validator,
+                      model_serializer)
 
 from gym_tf.chat import request_text
 from gym_tf.prompts import copied_from_prompts
 from gym_tf.retrieval import rank
 from ledger.cid import canonical, cid
-from rewards.answers import last_boxed, normalize
 
 MAX_EXPERIENCE_CHARS = 400
 MAX_EXAMPLE_CHARS = 1600  # a worked example: the problem and a verified solution, kept short
@@ -449,39 +449,23 @@ def _most_relevant(items: list[Experience], query: str | None, limit: int) -> li
 
 def _most_relevant_examples(examples: list[Experience], query: str | None, limit: int) -> list[Experience]:
     """The worked examples whose problems share the most words with the request; among equals, the one that shows
-    the most steps, then the newest; and no two with the same final answer while another answer is left.
+    the most steps, then the newest.
 
     Problems are matched with problems (a solution's words are not the request's), with no length normalization:
     in a generated task family every problem follows one template, and normalizing by length would show every
     request the family's shortest, easiest problems. Showing more complex demonstrations is what complexity-based
-    prompting found helps (Fu et al., arXiv 2210.00720).
-
-    Distinct answers: verified examples come from the problems the model already solves, which in a family share
-    few answers (8 of letter_counting seed 5's 10 examples boxed 1). Shown two examples of the same answer, the
-    0.5B answered in their range: problems whose count was 3 fell from 0.13 to 0.04 while those of 1 and 2 gained.
-    Few-shot prompts bias a model toward the answers their demonstrations repeat (majority label bias, Zhao et al.,
-    arXiv 2102.09690)."""
+    prompting found helps (Fu et al., arXiv 2210.00720)."""
     if limit <= 0 or not examples:
         return []
-    problems, steps, answers = _example_fields(tuple(e.text for e in examples))
-    order = rank(problems, query or "", None, length_norm=False, prior=steps)
-    chosen, shown = [], set()
-    for i in order:
-        if len(chosen) < limit and (answers[i] is None or answers[i] not in shown):
-            chosen.append(i)
-            shown.add(answers[i])
-    chosen.extend([i for i in order if i not in chosen][:limit - len(chosen)])
-    return [examples[i] for i in sorted(chosen, key=order.index)]
+    problems, steps = _problems_and_steps(tuple(e.text for e in examples))
+    return [examples[i] for i in rank(problems, query or "", limit, length_norm=False, prior=steps)]
 
 
 @lru_cache(maxsize=64)
-def _example_fields(texts: tuple[str, ...]) -> tuple[list[str], list[float], list[str | None]]:
-    """Each worked example's problem, how many steps its solution shows, and its final answer (the last boxed one,
-    normalized; None where it boxes none), read once per version's examples."""
+def _problems_and_steps(texts: tuple[str, ...]) -> tuple[list[str], list[float]]:
+    """Each worked example's problem and how many steps its solution shows, read once per version's examples."""
     parts = [example_parts(text) for text in texts]
-    boxed = [last_boxed(solution) for _, solution in parts]
-    return ([problem for problem, _ in parts], [float(solution_steps(solution)) for _, solution in parts],
-            [None if answer is None else normalize(answer) for answer in boxed])
+    return [problem for problem, _ in parts], [float(solution_steps(solution)) for _, solution in parts]
 
 
 def _line(item: Experience) -> str:

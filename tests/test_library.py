@@ -199,22 +199,6 @@ def test_in_a_template_family_the_examples_shown_are_those_with_the_most_steps_n
     assert [i.id for i in select_items(lib, "Calculate 8 + 15 + 22.")] == ["E1", "E4"]
 
 
-def test_the_examples_shown_together_box_different_answers_while_the_library_has_them():
-    def counted(text, answer, steps):
-        return example(f"Problem: How many times does the letter r appear in the text: {text}?\nSolution: "
-                       + "\n".join(f"word {i}" for i in range(steps)) + f"\n\\boxed{{{answer}}}")
-    lib, _ = apply_ops(EMPTY_LIBRARY, [counted("a rose", 1, 5), counted("the red", 1, 4), counted("our arrow", 3, 1),
-                                      counted("ride", "\\text{1}", 3)], step=1)
-    query = "How many times does the letter r appear in the text: a rare radio?"
-    # by relevance, then steps: E1, E2, E4, E3; E2 and E4 box 1 as E1 does (\text{1} read as 1), so E3 comes second
-    assert [i.id for i in select_items(lib, query)] == ["E1", "E3"]
-    # once every answer is shown, the rest follow by relevance
-    assert [i.id for i in select_items(with_policy(lib, RenderPolicy(examples=3)), query)] == ["E1", "E2", "E3"]
-    same, _ = apply_ops(EMPTY_LIBRARY, [counted("a rose", 1, 5), counted("the red", 1, 4), counted("ride", 1, 3)],
-                        step=1)
-    assert [i.id for i in select_items(same, query)] == ["E1", "E2"]  # one answer only: the most relevant ones
-
-
 def test_examples_are_matched_on_their_problem_not_their_solution():
     lib, _ = apply_ops(EMPTY_LIBRARY, [
         example("Problem: How many legs do 3 spiders have?\nSolution: 3 * 8 = 24.\n\\boxed{24}"),
