@@ -40,6 +40,31 @@ def repeats_problem(text: str, numbers: frozenset[str]) -> list[str]:
     return repeated if long or len(repeated) >= 2 else []
 
 
+# "Implement a strategy to solve the problem of counting the occurrences of the letter 'n' in the text 'the summer
+# they have revolutionized'." (the 0.5B learner on letter_counting, 2026-11-25, on an AMD EPYC): the lesson carries
+# the very text the problem quoted, so it is a note about that problem. A passage the problem sets in quotes is its
+# own material (a text to count in, a sentence to reverse); one of three or more words, repeated, is refused like the
+# problem's numbers. A quoted letter, word or format ("the letter 'n'", "in the form "HH:MM"") is the task's
+# vocabulary and passes.
+_QUOTED = re.compile(r'"([^"\n]+)"|“([^”\n]+)”|(?<!\w)\'([^\'\n]+)\'(?!\w)')
+
+
+def _words(text: str) -> str:
+    return " ".join(re.findall(r"\w+", text.lower()))
+
+
+def passages_of(problem: Problem) -> frozenset[str]:
+    """The passages of three or more words that the problem sets in quotes, as lower-case words."""
+    found = (_words(next(g for g in m.groups() if g is not None)) for m in _QUOTED.finditer(problem.problem))
+    return frozenset(p for p in found if p.count(" ") >= 2)
+
+
+def quotes_problem(text: str, passages: frozenset[str]) -> str | None:
+    """The first of the problem's quoted passages that a lesson repeats (word for word, any case), or None."""
+    words = f" {_words(text)} "
+    return next((p for p in sorted(passages) if f" {p} " in words), None)
+
+
 # "The approach is to use Python's built-in functions to handle calculations." (the 0.5B learner, four such lessons in
 # the README's main command): a solver asked in text runs no code, so such advice makes it write a program and invent
 # its output (stored rollouts: right 23% of the time with an invented output block, 49% without). Where the problems
@@ -71,13 +96,14 @@ class OpRules:
 
     ids: tuple[str, ...] = ()
     numbers: tuple[frozenset[str], ...] = ()  # one set per problem
+    passages: tuple[frozenset[str], ...] = ()  # one set per problem: its quoted passages
     about_code: bool = False  # whether any of the problems names code: only then may a lesson name it
 
     @classmethod
     def of(cls, library: LibraryVersion, problems: Iterable[Problem] = ()) -> OpRules:
         problems = list(problems)
         return cls(tuple(i.id for i in library.items if i.kind == "lesson"), tuple(numbers_of(p) for p in problems),
-                   any(_ABOUT_CODE.search(p.problem) for p in problems))
+                   tuple(passages_of(p) for p in problems), any(_ABOUT_CODE.search(p.problem) for p in problems))
 
     def schema(self, max_ops: int) -> dict[str, Any]:
         return ops_schema(max_ops, self.ids)
@@ -94,6 +120,11 @@ class OpRules:
                 if repeated:
                     return (f"the lesson at operations.{n} repeats the problem's numbers ({', '.join(repeated)}): "
                             "state the general rule, without them")
+            for passages in self.passages:
+                quoted = quotes_problem(getattr(op, "text", ""), passages)
+                if quoted:
+                    return (f'the lesson at operations.{n} repeats the text the problem quotes ("{quoted}"): '
+                            "state the general rule, for any text")
             advice = None if self.about_code else advises_code(getattr(op, "text", ""))
             if advice:
                 return (f'the lesson at operations.{n} says "{advice}", but the solver runs no code and these '

@@ -522,3 +522,24 @@ async def test_judge_calls_are_stored_counted_and_never_paid_twice(tmp_path, qui
     for rollout in store.rollouts(result.run_id):
         await optimizer.reward([rollout.completion], answer=answers[rollout.problem_id])
     assert not [c for c in again.calls if c["stage"] == "judge"]
+
+
+@pytest.mark.parametrize("lesson, refused", [
+    # the 0.5B learner's lesson on letter_counting (AMD EPYC, 2026-11-25)
+    ("Implement a strategy to solve the problem of counting the occurrences of the letter 'n' in the text 'the "
+     "summer they have revolutionized'.", "the summer they have revolutionized"),
+    ('Count the letters of "THE SUMMER they  have revolutionized" one by one.', "the summer they have revolutionized"),
+    # the task's own vocabulary: a quoted letter, a short format, general advice
+    ("Spell the text out letter by letter and count each 'n' you pass.", None),
+    ("Write the answer in the form HH:MM.", None),
+    ("Count the letter in each word, then add the counts: the summer is not the text.", None),
+])
+def test_a_lesson_is_refused_for_repeating_the_text_a_problem_quotes(lesson, refused):
+    problem = Problem(id="p", problem='How many times does the letter "n" appear in the text: "the summer they have '
+                                      'revolutionized"? Answer in the form "a whole number".', answer="1")
+    broken = OpRules.of(LibraryVersion(), [problem]).broken_by([AddOp(op="add", text=lesson)])
+    if refused:
+        assert broken == (f'the lesson at operations.0 repeats the text the problem quotes ("{refused}"): state the '
+                          "general rule, for any text")
+    else:
+        assert broken is None
