@@ -20,6 +20,7 @@ from gym_tf.backends import Backend, Choice, Generation, Sampling
 from gym_tf.datasets import Problem
 from gym_tf.library import LibraryVersion, OpsReply, ops_schema
 from gym_tf.prompts import render
+from gym_tf.retrieval import tokens
 from gym_tf.rollouts import Rollout
 from gym_tf.store import RunStore
 
@@ -49,19 +50,15 @@ def repeats_problem(text: str, numbers: frozenset[str]) -> list[str]:
 _QUOTED = re.compile(r'"([^"\n]+)"|“([^”\n]+)”|(?<!\w)\'([^\'\n]+)\'(?!\w)')
 
 
-def _words(text: str) -> str:
-    return " ".join(re.findall(r"\w+", text.lower()))
-
-
 def passages_of(problem: Problem) -> frozenset[str]:
-    """The passages of three or more words that the problem sets in quotes, as lower-case words."""
-    found = (_words(next(g for g in m.groups() if g is not None)) for m in _QUOTED.finditer(problem.problem))
-    return frozenset(p for p in found if p.count(" ") >= 2)
+    """The passages of three or more words that the problem sets in quotes, as its words (`retrieval.tokens`)."""
+    found = (tokens(next(g for g in m.groups() if g is not None)) for m in _QUOTED.finditer(problem.problem))
+    return frozenset(" ".join(words) for words in found if len(words) >= 3)
 
 
 def quotes_problem(text: str, passages: frozenset[str]) -> str | None:
-    """The first of the problem's quoted passages that a lesson repeats (word for word, any case), or None."""
-    words = f" {_words(text)} "
+    """The first of the quoted passages that a lesson repeats (word for word, any case), or None."""
+    words = f" {' '.join(tokens(text))} "
     return next((p for p in sorted(passages) if f" {p} " in words), None)
 
 
@@ -96,36 +93,36 @@ class OpRules:
 
     ids: tuple[str, ...] = ()
     numbers: tuple[frozenset[str], ...] = ()  # one set per problem
-    passages: tuple[frozenset[str], ...] = ()  # one set per problem: its quoted passages
+    passages: frozenset[str] = frozenset()  # the problems' quoted passages
     about_code: bool = False  # whether any of the problems names code: only then may a lesson name it
 
     @classmethod
     def of(cls, library: LibraryVersion, problems: Iterable[Problem] = ()) -> OpRules:
         problems = list(problems)
         return cls(tuple(i.id for i in library.items if i.kind == "lesson"), tuple(numbers_of(p) for p in problems),
-                   tuple(passages_of(p) for p in problems), any(_ABOUT_CODE.search(p.problem) for p in problems))
+                   frozenset().union(*map(passages_of, problems)), any(_ABOUT_CODE.search(p.problem) for p in problems))
 
     def schema(self, max_ops: int) -> dict[str, Any]:
         return ops_schema(max_ops, self.ids)
 
     def broken_by(self, ops: list[Any]) -> str | None:
         for n, op in enumerate(ops):
+            text = getattr(op, "text", "")
             named = [op.id] if hasattr(op, "id") else list(getattr(op, "ids", ()))
             unknown = [i for i in named if i not in self.ids]
             if unknown:
                 known = ", ".join(self.ids) if self.ids else "none yet: use add or none"
                 return f"unknown id {unknown[0]} at operations.{n}: the library's lessons are {known}"
             for numbers in self.numbers:
-                repeated = repeats_problem(getattr(op, "text", ""), numbers)
+                repeated = repeats_problem(text, numbers)
                 if repeated:
                     return (f"the lesson at operations.{n} repeats the problem's numbers ({', '.join(repeated)}): "
                             "state the general rule, without them")
-            for passages in self.passages:
-                quoted = quotes_problem(getattr(op, "text", ""), passages)
-                if quoted:
-                    return (f'the lesson at operations.{n} repeats the text the problem quotes ("{quoted}"): '
-                            "state the general rule, for any text")
-            advice = None if self.about_code else advises_code(getattr(op, "text", ""))
+            quoted = quotes_problem(text, self.passages)
+            if quoted:
+                return (f'the lesson at operations.{n} repeats the text the problem quotes ("{quoted}"): '
+                        "state the general rule, for any text")
+            advice = None if self.about_code else advises_code(text)
             if advice:
                 return (f'the lesson at operations.{n} says "{advice}", but the solver runs no code and these '
                         "problems are not about code: give advice for working it out in words")
