@@ -6,11 +6,12 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
-from gym_tf.library import LibraryVersion, short
+from gym_tf.library import LibraryVersion, example_parts, short
 from gym_tf.library_io import LibraryDiff
 from gym_tf.metrics import Metrics
 from gym_tf.optimize import Progress
 from gym_tf.store import learner_answer
+from gym_tf.working import false_equation
 
 
 def metrics_table(metrics: Metrics, title: str) -> Table:
@@ -81,8 +82,10 @@ def library_table(library: LibraryVersion, status: str = "") -> Table:
     for item in library.items:
         origin = item.provenance
         by = " by the learner" if any(learner_answer(key) for key in origin.rollout_ids) else ""
+        false = false_equation(example_parts(item.text)[1]) if item.kind == "example" else None
         table.add_row(item.id, item.kind, Text(item.text),
-                      f"step {origin.step} {origin.op}{by} {', '.join(origin.problem_ids)}")
+                      f"step {origin.step} {origin.op}{by} {', '.join(origin.problem_ids)}"
+                      + (f"; its working is false: {false}" if false else ""))
     return table
 
 
