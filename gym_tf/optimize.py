@@ -31,7 +31,6 @@ from gym_tf.library import (MAX_EXAMPLE_CHARS, DeleteOp, ExampleOp, LibraryVersi
 from gym_tf.metrics import paired_difference
 from gym_tf.rollouts import Rollout, build_messages, rollout_many
 from gym_tf.store import LEARNER_ANSWER, RunStore, config_hash, rollout_key
-from gym_tf.working import false_equation
 from rewards import ANSWER_FREE, load_reward
 from rewards.feedback import FeedbackReward
 from rewards.judge import FeedbackJudge
@@ -418,12 +417,10 @@ class Optimizer:
 
     def _showable(self, problem: Problem, group: list[Rollout]) -> list[Rollout]:
         """The answers fit to be a worked example: scored correct by the verifier, ended on their own (not cut off),
-        showing no output of code they never ran, no arithmetic that is false (a right final answer reached through
-        "59 / 19 = 3" teaches a wrong procedure), and short enough to show. The cap is on the solution, not on the
+        showing no output of code they never ran, and short enough to show. The cap is on the solution, not on the
         problem's statement, which in many task families is long boilerplate; the whole item is still bounded."""
         return [r for r in group if (r.reward or 0) >= 1 and r.finish_reason != "length"
-                and not shows_unrun_output(r.completion) and false_equation(r.completion) is None
-                and len(r.completion.strip()) <= self.config.max_example_chars
+                and not shows_unrun_output(r.completion) and len(r.completion.strip()) <= self.config.max_example_chars
                 and len(example_text(problem.problem, r.completion)) <= MAX_EXAMPLE_CHARS]
 
     async def _learner_answers(self, epoch: int, step: int, batch: list[Problem], groups: dict[str, list[Rollout]],

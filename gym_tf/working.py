@@ -1,12 +1,13 @@
 """Checks a solution's working, not only its final answer: the arithmetic it writes as `expression = value`.
 
 The verifier reads a solution's final answer only, so a small model's right answer can rest on wrong working
-("87 = 3^3 x 7", fraction_simplification; "9 - 0 = 9, 1 - 4 = 1", decimal_arithmetic). Shown as a worked example,
-such a solution teaches the wrong procedure. `false_equation` finds the first equality between plain numbers and
-operators that does not hold. It judges only what it can read for sure: a side cut out of words ("50% of 80",
-"Year 1"), next to a variable ("2x"), a unit, a clock time or a symbol it does not compute ("√16"), a whole number
-followed by its remainder or its smaller unit ("3 R 2", "2 hours 30 minutes"), or a side too long to read, is
-skipped, never called false.
+("87 = 3^3 x 7", fraction_simplification; "9 - 0 = 9, 1 - 4 = 1", decimal_arithmetic). `gym-tf library show` names
+the false equation of such a worked example (refusing them as examples was measured, and gained nothing: README).
+`false_equation` finds the first equality between plain numbers and operators that does not hold. It judges only
+what it can read for sure: a side cut out of words ("50% of 80", "Year 1"), next to a variable ("2x"), a unit, a
+clock time or a symbol it does not compute ("√16"), a whole number followed by its remainder or its smaller unit
+("3 R 2", "2 hours 30 minutes"), or a side too long to read, is skipped, never called false. Equations with a
+variable are not followed from line to line ("81*t = 6829 + 56", then "81*t = 6875" passes).
 """
 
 from __future__ import annotations
