@@ -47,7 +47,8 @@ def test_the_plot_draws_every_run_once_and_stars_the_runs_made_under_an_earlier_
     labels = bench.forest(rows, tmp_path / "effect.png")
     assert (tmp_path / "effect.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert len(labels) == len(rows)
-    assert [label for label in labels if label.endswith(" *")] == ["letter_counting 5, 0.5B, no library 0.17 *",
+    assert [label for label in labels if label.endswith(" *")] == ["fraction_simplification 11, 0.5B, no library 0.10 *",
+                                                                   "letter_counting 5, 0.5B, no library 0.17 *",
                                                                    "basic_arithmetic 13, 0.5B, no library 0.68 *",
                                                                    "decimal_chain_sum 11, 0.5B, no library 0.25 *"]
     assert {"decimal_arithmetic 31, 1.5B, no library 0.18", "decimal_arithmetic 31, 0.5B, no library 0.05",
