@@ -109,14 +109,15 @@ def _holds(left: str, right: str) -> bool:
     ("3 ÷ 1/4 = 12"); to the last decimal written, or within 1% where the left computes with decimals that may have
     been rounded ("33.33 * 3 = 100"); or as a running total."""
     rounded = 0.01 if re.search(r"\d\.\d", left) else 0.0
-    for a in _readings(left):
-        for b in _readings(right):
-            if _close(a, b, right, rounded) or _close(b, a, left, rounded):
-                return True
-        lead = re.match(r"[\d.]+", right)
-        if lead and _has_operator(right) and any(_close(a, b, "", 0.0) for b in _readings(lead.group())):
+    lefts, rights = _readings(left), _readings(right)
+    lead = re.match(r"[\d.]+", right)
+    leads = _readings(lead.group()) if lead and _has_operator(right) else set()
+    for a in lefts:
+        if any(_close(a, b, right, rounded) or _close(b, a, left, rounded) for b in rights):
+            return True
+        if any(_close(a, b, "", 0.0) for b in leads):
             return True  # "5 + 3 = 8 + 2"
-    return not (_readings(left) and _readings(right))  # a side it cannot compute is not judged
+    return not (lefts and rights)  # a side it cannot compute is not judged
 
 
 def _readings(side: str) -> set[float]:
