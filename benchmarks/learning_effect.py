@@ -9,8 +9,9 @@
        Majority@k at equal samples, tokens spent; and, when the prune step dropped items, the library before it
        (`unpruned`), so the table shows what pruning did on test.
 
-Every family run is reported, gains or not. The defaults are the settings of the README's rows; on the embedded
-default (no --base-url) on 2 CPU cores one family takes 20 to 50 minutes. Any OpenAI-compatible backend runs it for
+Every family run is reported, gains or not. The defaults are the settings of the README's latest rows (two epochs:
+in the second the model answers with the first's worked examples in its prompt); on the embedded default (no
+--base-url) on 2 CPU cores one family takes 40 to 60 minutes. Any OpenAI-compatible backend runs it for
 a larger model.
 
     python benchmarks/learning_effect.py --families leg_counting,gcd --out bench-out
@@ -341,7 +342,8 @@ def main() -> None:
     parser.add_argument("--test", type=int, default=24)
     parser.add_argument("-k", type=int, default=4, help="samples per test problem")
     parser.add_argument("--val-samples", type=int, default=2)
-    parser.add_argument("--epochs", type=int, default=1)
+    parser.add_argument("--epochs", type=int, default=2,
+                        help="passes over train; 2 since 2026-11-26 (the README's earlier rows ran 1)")
     parser.add_argument("--batch-size", type=int, default=8)
     parser.add_argument("--group-size", type=int, default=4)
     parser.add_argument("--examples", type=int, default=2, help="worked examples per prompt (0: lessons only)")
