@@ -216,7 +216,8 @@ def row(c: dict) -> dict:
     """One table row from a family's comparison.json."""
     none, learned = c["arms"][:2]
     interval = lambda e: (e["value"], e["low"], e["high"])  # noqa: E731
-    return {"family": c["family"], "seed": c["settings"]["seed"], "level": level_text(c), "model": c["model"],
+    return {"family": c["family"], "seed": c["settings"]["seed"], "epochs": int(c["settings"].get("epochs", 1)),
+            "level": level_text(c), "model": c["model"],
             "learner": c.get("learner", c["model"]), "test": c["problems"],
             "k": c["samples"],
             "items": learned["library_items"], "lessons": sum(i.get("kind", "lesson") == "lesson" for i in c["library"]),
@@ -264,7 +265,8 @@ def forest(rows: list[dict], path: Path) -> list[str]:
     """Every run on one line, as a PNG: the library against no library (paired Mean@k difference), and against the
     no-library majority vote at the same k both the library's single-sample accuracy and its own vote, each with
     its 95% interval. Green: the interval lies above 0; red: below; grey: it holds 0. Each line's label gives the
-    no-library Mean@k, the difficulty the run met. Returns the labels, top to bottom."""
+    no-library Mean@k, the difficulty the run met, and the epochs where not 1 (rows archived before the field was
+    recorded ran 1). Returns the labels, top to bottom."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -272,6 +274,7 @@ def forest(rows: list[dict], path: Path) -> list[str]:
 
     labels = [f"{r['family'].split(' (')[0]} {r['seed']}, {r['model']}"
               + (f" (learner {r['learner']})" if r.get("learner", r["model"]) != r["model"] else "")
+              + (f", {r['epochs']} epochs" if r.get("epochs", 1) != 1 else "")
               + f", no library {r['none_mean']:.2f}"
               + (" *" if " (" in r["family"] else "") for r in rows]
     fig, panels = plt.subplots(1, 3, sharey=True, figsize=(14, 1.2 + 0.32 * len(rows)))

@@ -53,6 +53,8 @@ def test_the_plot_draws_every_run_once_and_stars_the_runs_made_under_an_earlier_
                                                                    "decimal_chain_sum 11, 0.5B, no library 0.25 *"]
     assert {"decimal_arithmetic 31, 1.5B, no library 0.18", "decimal_arithmetic 31, 0.5B, no library 0.05",
             "decimal_arithmetic 31, 0.5B (learner 1.5B), no library 0.04"} < set(labels)
+    assert {"simple_equations 21, 0.5B, 2 epochs, no library 0.15", "simple_equations 21, 0.5B, no library 0.15",
+            "fraction_simplification 11, 0.5B, 2 epochs, no library 0.10"} < set(labels)
     assert "docs/learning-effect.png" in (ROOT / "README.md").read_text(encoding="utf-8")
     assert (ROOT / "docs" / "learning-effect.png").is_file()
 
@@ -122,3 +124,18 @@ def test_the_screen_probes_each_familys_easiest_level_that_fills_the_splits(benc
     assert [(f["family"], f["level"], f["answers"]) for f in found] == [("leg_counting", 0, 16), ("coin_flip", 5, 16)]
     assert found[0]["solved"] == found[0]["mean_reward"] == 1.0 and found[0]["cut"] == 0.0
     assert json.loads((tmp_path / "screen.json").read_text()) == found
+
+
+def test_a_row_records_the_epochs_its_run_learned_for(bench):
+    """The benchmark's default moved from 1 epoch to 2: a row says which it ran, from the settings in its
+    comparison.json (a run recorded before the setting existed ran 1)."""
+    metric = {"value": 0.25, "low": 0.1, "high": 0.4}
+    arm = lambda name, items: {"name": name, "library_items": items, "tokens": {"learning": 100},  # noqa: E731
+                               "metrics": {"mean_at_k": metric, "majority": metric}, "mean_vs_baseline": metric,
+                               "majority_vs_baseline": metric, "mean_vs_baseline_majority": metric}
+    comparison = {"family": "chain_sum", "settings": {"seed": "3", "epochs": "2"}, "model": "m", "problems": 24,
+                  "samples": 4, "arms": [arm("none", 0), arm("learned", 1)], "library": [{"kind": "example"}],
+                  "extra_prompt_tokens_per_call": {"learned": 40}, "wall_s": 600, "cpu": "AMD EPYC (AVX2)"}
+    row = bench.row(comparison)
+    assert (row["epochs"], row["items"], row["lessons"]) == (2, 1, 0)
+    assert bench.row({**comparison, "settings": {"seed": "3"}})["epochs"] == 1
