@@ -54,7 +54,8 @@ def test_the_plot_draws_every_run_once_and_stars_the_runs_made_under_an_earlier_
     assert {"decimal_arithmetic 31, 1.5B, no library 0.18", "decimal_arithmetic 31, 0.5B, no library 0.05",
             "decimal_arithmetic 31, 0.5B (learner 1.5B), no library 0.04"} < set(labels)
     assert {"simple_equations 21, 0.5B, 2 epochs, no library 0.15", "simple_equations 21, 0.5B, no library 0.15",
-            "fraction_simplification 11, 0.5B, 2 epochs, no library 0.10"} < set(labels)
+            "fraction_simplification 11, 0.5B, 2 epochs, no library 0.10",
+            "letter_counting 5, 0.5B, 2 epochs, no library 0.19"} < set(labels)
     assert "docs/learning-effect.png" in (ROOT / "README.md").read_text(encoding="utf-8")
     assert (ROOT / "docs" / "learning-effect.png").is_file()
 
@@ -63,6 +64,7 @@ def test_a_rows_wall_time_names_its_cpu_and_an_empty_library_has_nothing_to_prun
     [row] = [r for r in json.loads(ARCHIVE.read_text(encoding="utf-8")) if r["family"] == "time_intervals"]
     assert bench.wall(row) == "36 min, AMD EPYC (AVX2), shared with an install and short runs"
     assert bench.wall({**row, "cpu": None, "note": None}) == "36 min"
+    assert bench.wall({**row, "epochs": 2}) == "36 min, AMD EPYC (AVX2), 2 epochs, shared with an install and short runs"
     assert bench.pruned({**row, "prune": None, "items": 0}) == "nothing to prune"
     assert bench.pruned({**row, "prune": None}) == "not run"
     assert bench.pruned(row) == "0 of 4"
