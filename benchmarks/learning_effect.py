@@ -11,8 +11,8 @@
 
 Every family run is reported, gains or not. The defaults are the settings of the README's latest rows (two epochs:
 in the second the model answers with the first's worked examples in its prompt); on the embedded default (no
---base-url) on 2 CPU cores one family took 39 to 55 minutes at two epochs (less where the gate keeps nothing). Any OpenAI-compatible backend runs it for
-a larger model.
+--base-url) on 2 CPU cores one family took 39 to 55 minutes at two epochs (less where the gate keeps nothing). Any
+OpenAI-compatible backend runs it for a larger model.
 
     python benchmarks/learning_effect.py --families leg_counting,gcd --out bench-out
     python benchmarks/learning_effect.py --screen --families dice,syllogism,spell_backward   # which to run
@@ -274,7 +274,7 @@ def forest(rows: list[dict], path: Path) -> list[str]:
 
     labels = [f"{r['family'].split(' (')[0]} {r['seed']}, {r['model']}"
               + (f" (learner {r['learner']})" if r.get("learner", r["model"]) != r["model"] else "")
-              + (f", {r['epochs']} epochs" if r.get("epochs", 1) != 1 else "")
+              + (f", {epochs_text(r)}" if epochs_text(r) else "")
               + f", no library {r['none_mean']:.2f}"
               + (" *" if " (" in r["family"] else "") for r in rows]
     fig, panels = plt.subplots(1, 3, sharey=True, figsize=(14, 1.2 + 0.32 * len(rows)))
@@ -317,9 +317,12 @@ def same(r: dict) -> str:
 
 def wall(r: dict) -> str:
     """Minutes, on which CPU, the epochs where not 1, and what else shared it (`note`, kept in the archive)."""
-    epochs = [f"{r['epochs']} epochs"] if r.get("epochs", 1) != 1 else []
-    return ", ".join([f"{r['wall_min']:.0f} min", *([r["cpu"]] if r.get("cpu") else []), *epochs,
-                      *([r["note"]] if r.get("note") else [])])
+    return ", ".join(part for part in (f"{r['wall_min']:.0f} min", r.get("cpu"), epochs_text(r), r.get("note")) if part)
+
+
+def epochs_text(r: dict) -> str:
+    """"2 epochs" where a run learned for other than 1 (rows archived before the field was recorded ran 1)."""
+    return f"{r['epochs']} epochs" if r.get("epochs", 1) != 1 else ""
 
 
 def pruned(r: dict) -> str:

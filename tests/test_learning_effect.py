@@ -64,7 +64,8 @@ def test_a_rows_wall_time_names_its_cpu_and_an_empty_library_has_nothing_to_prun
     [row] = [r for r in json.loads(ARCHIVE.read_text(encoding="utf-8")) if r["family"] == "time_intervals"]
     assert bench.wall(row) == "36 min, AMD EPYC (AVX2), shared with an install and short runs"
     assert bench.wall({**row, "cpu": None, "note": None}) == "36 min"
-    assert bench.wall({**row, "epochs": 2}) == "36 min, AMD EPYC (AVX2), 2 epochs, shared with an install and short runs"
+    assert (bench.wall({**row, "epochs": 2})
+            == "36 min, AMD EPYC (AVX2), 2 epochs, shared with an install and short runs")
     assert bench.pruned({**row, "prune": None, "items": 0}) == "nothing to prune"
     assert bench.pruned({**row, "prune": None}) == "not run"
     assert bench.pruned(row) == "0 of 4"
