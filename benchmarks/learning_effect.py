@@ -6,13 +6,14 @@
        or the bundled quickstart set)
     -> `optimize` on train, validation-gated, ending with its prune step (each item left out on validation)
     -> compare no library and the learned one on test, same seeds: paired Mean@k difference with a 95% interval,
-       Majority@k at equal samples, tokens spent; and, when the prune step dropped items, the library before it
-       (`unpruned`), so the table shows what pruning did on test.
+       Majority@k at equal samples, tokens spent; and, with `--test-unpruned`, when the prune step dropped items,
+       the library before it (`unpruned`), so the table shows what pruning did on test.
 
 Every family run is reported, gains or not. The defaults are the settings of the README's latest rows (two epochs:
 in the second the model answers with the first's worked examples in its prompt); on the embedded default (no
---base-url) on 2 CPU cores one family took 39 to 55 minutes at two epochs (less where the gate keeps nothing). Any
-OpenAI-compatible backend runs it for a larger model.
+--base-url) on 2 CPU cores one family took 39 to 80 minutes at two epochs (coin_flip 80, 12 of them testing the
+unpruned library, which is opt-in since: about 68 without it), past the hour the issue allows. Any OpenAI-compatible
+backend runs it for a larger model.
 
     python benchmarks/learning_effect.py --families leg_counting,gcd --out bench-out
     python benchmarks/learning_effect.py --screen --families dice,syllogism,spell_backward   # which to run
@@ -39,6 +40,7 @@ from gym_tf.compare import compare, plot  # noqa: E402
 from gym_tf.config import OptimizeConfig, RolloutConfig  # noqa: E402
 from gym_tf.datasets import load_dataset  # noqa: E402
 from gym_tf.evaluate import evaluate  # noqa: E402
+from gym_tf.library import LibraryVersion  # noqa: E402
 from gym_tf.metrics import paired_difference  # noqa: E402
 from gym_tf.optimize import Optimizer  # noqa: E402
 from gym_tf.store import RunStore  # noqa: E402
@@ -140,10 +142,8 @@ async def one_family(family: str, args: argparse.Namespace, out: Path) -> dict:
             print(f"[{time.perf_counter() - started:6.0f}s] {family}: test {arm} {done[arm]}/{len(problems)}",
                   file=sys.stderr, flush=True)
 
-        arms = [("none", store.version("empty"), 0), ("learned", result.library, learning)]
         prune = next((s for s in store.steps(result.run_id) if "ablation" in s["stats"]), None)
-        if prune is not None and prune["version_after"] != prune["version_before"]:  # pruning changed the library
-            arms.append(("unpruned", store.version(prune["version_before"]), learning))
+        arms = compared_arms(store, result.library, learning, prune, args.test_unpruned)
         comparison = await compare(backend, problems, load_reward(reward), args.k, config.rollout.sampling(), arms,
                                    seed=args.seed + 7, on_group=tested)
     finally:
@@ -195,6 +195,16 @@ async def screen(families: list[str], args: argparse.Namespace, out: Path) -> li
         await backend.aclose()
     (out / "screen.json").write_text(json.dumps(found, indent=2), encoding="utf-8")
     return found
+
+
+def compared_arms(store: RunStore, learned: LibraryVersion, learning: int, prune: dict | None,
+                  with_unpruned: bool) -> list[tuple[str, LibraryVersion, int]]:
+    """The libraries the test compares, each with the tokens spent learning it: none, the learned one, and with
+    `with_unpruned` the library before the prune step (`prune`, its step row) where that step dropped items."""
+    arms = [("none", store.version("empty"), 0), ("learned", learned, learning)]
+    if with_unpruned and prune is not None and prune["version_after"] != prune["version_before"]:
+        arms.append(("unpruned", store.version(prune["version_before"]), learning))
+    return arms
 
 
 def prune_effect(comparison, prune: dict | None) -> dict | None:
@@ -333,7 +343,9 @@ def pruned(r: dict) -> str:
     if prune["status"] != "promoted":
         return text + " (gate refused)"
     effect = prune.get("test_effect")
-    return text + (f", {effect['value']:+.3f} [{effect['low']:+.3f}, {effect['high']:+.3f}]" if effect else "")
+    if effect:
+        return text + f", {effect['value']:+.3f} [{effect['low']:+.3f}, {effect['high']:+.3f}]"
+    return text + (", not tested" if prune["dropped"] else "")
 
 
 def level_arg(text: str) -> str:
@@ -364,6 +376,10 @@ def main() -> None:
     parser.add_argument("--prune", action=argparse.BooleanOptionalAction, default=True,
                         help="end the run with the prune step (each item left out on validation; lessons that "
                              "showed no help dropped)")
+    parser.add_argument("--test-unpruned", action=argparse.BooleanOptionalAction, default=False,
+                        help="where the prune step dropped items, also test the library before it (one more test "
+                             "arm, as long as the others: 12 min for coin_flip on 2 cores; the default until "
+                             "2026-11-26)")
     parser.add_argument("--max-completion-tokens", type=int, default=256)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--level", default="auto", type=level_arg,

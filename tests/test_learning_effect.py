@@ -69,6 +69,11 @@ def test_a_rows_wall_time_names_its_cpu_and_an_empty_library_has_nothing_to_prun
     assert bench.pruned({**row, "prune": None, "items": 0}) == "nothing to prune"
     assert bench.pruned({**row, "prune": None}) == "not run"
     assert bench.pruned(row) == "0 of 4"
+    dropped = {"items": 6, "dropped": 2, "status": "promoted"}
+    assert bench.pruned({**row, "prune": dropped}) == "2 of 6, not tested"  # without --test-unpruned
+    assert (bench.pruned({**row, "prune": {**dropped, "test_effect": {"value": -0.034, "low": -0.092, "high": 0.022}}})
+            == "2 of 6, -0.034 [-0.092, +0.022]")
+    assert bench.pruned({**row, "prune": {**dropped, "status": "rejected"}}) == "2 of 6 (gate refused)"
 
 
 @pytest.mark.parametrize("name, flags, label", [
@@ -142,3 +147,21 @@ def test_a_row_records_the_epochs_its_run_learned_for(bench):
     row = bench.row(comparison)
     assert (row["epochs"], row["items"], row["lessons"]) == (2, 1, 0)
     assert bench.row({**comparison, "settings": {"seed": "3"}})["epochs"] == 1
+
+
+def test_the_unpruned_library_is_tested_only_when_asked_and_only_where_pruning_dropped_items(bench, tmp_path):
+    from gym_tf.library import LibraryVersion
+    from gym_tf.store import RunStore
+
+    store = RunStore(tmp_path / "ws")
+    before, after = LibraryVersion(next_number=7), LibraryVersion(next_number=5, step=5)
+    store.put_version(before, "run", "promoted")
+    dropped = {"version_before": before.id, "version_after": after.id}
+    names = lambda arms: [(name, version.id, tokens) for name, version, tokens in arms]  # noqa: E731
+    both = [("none", store.version("empty").id, 0), ("learned", after.id, 900)]
+    assert names(bench.compared_arms(store, after, 900, dropped, with_unpruned=False)) == both
+    assert (names(bench.compared_arms(store, after, 900, dropped, with_unpruned=True))
+            == both + [("unpruned", before.id, 900)])
+    kept_all = {"version_before": after.id, "version_after": after.id}
+    assert names(bench.compared_arms(store, after, 900, kept_all, with_unpruned=True)) == both
+    assert names(bench.compared_arms(store, after, 900, None, with_unpruned=True)) == both
