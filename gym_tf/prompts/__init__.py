@@ -11,6 +11,10 @@ ECHO_WORDS = 6  # a run of this many words taken from a template is the prompt e
 _WORD = re.compile(r"\w+")
 _SLOT = re.compile(r"\{\{.*?\}\}|\{[a-z_]*\}")  # JSON shown in a template, and the str.format slots
 _PLACEHOLDER = re.compile(r"<[^<>{}\n]{1,40}>")  # "<a new lesson>": a blank the reply was to fill
+# A retry's error names the field of the reply it is at ("... write the advice itself at operations.0.add.text");
+# the 0.5B learner wrote "State the advice itself at operations.0.add.text" back as a lesson (coin_flip seed 5, two
+# epochs, on a 2-core AMD EPYC, 2026-11-26).
+_REPLY_FIELD = re.compile(r"\boperations\.\d+\.\w+")
 
 
 @cache
@@ -45,12 +49,15 @@ def _placeholders() -> frozenset[str]:
 
 def copied_from_prompts(text: str) -> str | None:
     """The part of `text` copied from gym-tf's own prompts, if any: a blank left unfilled ("<a new lesson>") or a run
-    of `ECHO_WORDS` words of a template. A 0.5B learner, asked for a lesson, answered with the summarize prompt's
-    first sentence followed by "... is <a new lesson>." (the README's main command); a solver reads such text as
-    noise."""
+    of `ECHO_WORDS` words of a template, or the reply's field that a retry's error named. A 0.5B learner, asked for
+    a lesson, answered with the summarize prompt's first sentence followed by "... is <a new lesson>." (the README's
+    main command); a solver reads such text as noise."""
     blank = next((p for p in _placeholders() if p in text), None)
     if blank:
         return blank
+    field = _REPLY_FIELD.search(text)
+    if field:
+        return field.group(0)
     words = [w.lower() for w in _WORD.findall(text)]
     return next((" ".join(words[i:i + ECHO_WORDS]) for i in range(len(words) - ECHO_WORDS + 1)
                  if tuple(words[i:i + ECHO_WORDS]) in _phrases()), None)
