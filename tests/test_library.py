@@ -101,6 +101,8 @@ STORY = "not a story of what one attempt did"
     # the 0.5B learner on coin_flip at two epochs (2026-11-26): a retry's error and the field it named, written back
     ("State the advice itself at operations.0.add.text", ECHO),
     ("Count the heads; see operations.1.update.text for more.", ECHO),
+    ("Operations.0.add.text is where advice goes now.", ECHO),
+    ("Check the lesson at operations.0 before you answer it.", ECHO),  # an error at a whole op names no field
     ("Follow the order of operations. 2 rules: multiply, then add.", None),
     # the 0.5B learner on chain_sum (stop 31): the extract prompt's own sentence
     ("Propose at most 2 operations on the library. A lesson is a general strategy that would help on OTHER problems.",

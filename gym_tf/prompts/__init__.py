@@ -14,7 +14,7 @@ _PLACEHOLDER = re.compile(r"<[^<>{}\n]{1,40}>")  # "<a new lesson>": a blank the
 # A retry's error names the field of the reply it is at ("... write the advice itself at operations.0.add.text");
 # the 0.5B learner wrote "State the advice itself at operations.0.add.text" back as a lesson (coin_flip seed 5, two
 # epochs, on a 2-core AMD EPYC, 2026-11-26).
-_REPLY_FIELD = re.compile(r"\boperations\.\d+\.\w+")
+_REPLY_FIELD = re.compile(r"\boperations\.\d+(?:\.\w+)*", re.IGNORECASE)  # "at operations.0" when the op is wrong
 
 
 @cache
