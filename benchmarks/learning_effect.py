@@ -11,7 +11,7 @@
 
 Every family run is reported, gains or not. The defaults are the settings of the README's latest rows (two epochs:
 in the second the model answers with the first's worked examples in its prompt); on the embedded default (no
---base-url) on 2 CPU cores one family took 39 to 80 minutes at two epochs (coin_flip 80, 12 of them testing the
+--base-url) on 2 CPU cores one family took 30 to 80 minutes at two epochs (coin_flip 80, 12 of them testing the
 unpruned library, which is opt-in since: about 68 without it), past the hour the issue allows. Any OpenAI-compatible
 backend runs it for a larger model.
 
