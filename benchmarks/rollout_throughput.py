@@ -12,7 +12,10 @@ limit, each group scored by the same reward. Throughput is completion tokens per
 The ratio that matters: gym-tf / best plain client at the same concurrency (target >= 0.95: the backend is the
 limit, not gym-tf). Arms run in alternating order, several times, and the best of each is kept, against machine noise.
 The embedded table also runs gym-tf on a one-slot engine, a group's samples one after another, as the engine decoded
-before groups went in one batch: the last line is the speed-up of batching on this CPU. The server table runs
+before groups went in one batch: its line is the speed-up of batching on this CPU. With `--group` below the engine's
+slots (validation's pairs: `--group 2`; the learner's single replies: `--group 1`) it also runs gym-tf on an engine
+with exactly `--group` slots, one group at a time, as requests ran before they shared the slots: the last line is what
+sharing gains. The server table runs
 llama.cpp's server with the slots `gym-tf serve` gives the embedded model, and the concurrent client once more on a
 one-slot server, as `serve` started it before: its last line is what concurrent requests gain from the slots.
 """
@@ -151,6 +154,9 @@ def bench_embedded(args) -> None:
         ("gym-tf engine, 1 slot", on_engine(1, lambda backend: asyncio.run(
             gym_tf_arm(backend, problems, args.group, args.max_tokens)))),
     ]
+    if 1 < args.group < SLOTS:  # groups smaller than the engine (validation's pairs; at 1, the 1-slot arm above)
+        arms.append((f"gym-tf engine, {args.group} slots", on_engine(args.group, lambda backend: asyncio.run(
+            gym_tf_arm(backend, problems, args.group, args.max_tokens)))))
     try:  # a native llama.cpp build, if this machine has one, for the price of portability
         from llama_cpp import Llama
 
@@ -172,8 +178,12 @@ def bench_embedded(args) -> None:
     tokens, seconds = results["gym-tf engine"]
     console.print(f"engine throughput on this CPU: {tokens / seconds:.1f} tok/s (target >= 18 on 2 threads)")
     alone = results["gym-tf engine, 1 slot"]
-    console.print(f"a group decoded together / its samples one after another (G={args.group}): "
+    console.print(f"gym-tf's engine ({SLOTS} slots) / every sample one after another (G={args.group}): "
                   f"{tokens / seconds / (alone[0] / alone[1]):.2f}x")
+    if args.group < SLOTS:  # as the engine ran before concurrent requests shared its slots: one group at a time
+        one_at_a_time = results["gym-tf engine, 1 slot" if args.group == 1 else f"gym-tf engine, {args.group} slots"]
+        console.print(f"groups of {args.group} sharing {SLOTS} slots / one group at a time: "
+                      f"{tokens / seconds / (one_at_a_time[0] / one_at_a_time[1]):.2f}x")
 
 
 @contextlib.contextmanager

@@ -1,6 +1,7 @@
 """The embedded engine in this process. Not collected by the main run: tests/test_real_engines.py runs this module in
 a child pytest, so a crash in native code (a segfault in llama.cpp) fails one test instead of killing the run."""
 
+import asyncio
 import json
 
 import jsonschema
@@ -48,6 +49,27 @@ async def test_a_group_larger_than_the_slots_decodes_in_batches_with_each_sample
     # an answer that stops early counts its own tokens, not the limit
     assert all(c.finish_reason == "stop" and 0 < c.completion_tokens < 64 for c in short.choices)
     assert short.prompt_tokens == 2 * single.prompt_tokens > 0  # the prompt, as each sample read it
+
+
+async def test_concurrent_requests_share_the_slots_each_answered_on_its_own_prompt(embedded_model_path):
+    """Two pairs and two single replies at once on a 4-slot engine (what validation and the learner send): each
+    reply belongs to its own request, with its own sample count and prompt."""
+    backend = EmbeddedBackend(embedded_model_path, n_ctx=1024, slots=4)
+    words = ["apple", "river", "seven", "violin"]
+
+    def ask(word):
+        return [{"role": "user", "content": f"Repeat this word exactly: {word}"}]
+    try:
+        alone = [await backend.generate(ask(w), n=1, temperature=0.0, max_tokens=8, seed=1) for w in words]
+        together = await asyncio.gather(*(backend.generate(ask(w), n=n, temperature=0.0, max_tokens=8, seed=1)
+                                          for w, n in zip(words, (2, 2, 1, 1))))
+    finally:
+        await backend.aclose()
+    assert [len(g.choices) for g in together] == [2, 2, 1, 1]
+    for word, one, generation in zip(words, alone, together):
+        assert all(word in c.text.lower() for c in generation.choices), (word, generation.choices)
+        assert generation.prompt_tokens == one.prompt_tokens * len(generation.choices)
+    assert backend._slots.free == 4
 
 
 async def test_embedded_backend_follows_the_ops_schema(embedded):

@@ -5,6 +5,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 
 import pytest
 import xllamacpp
@@ -70,3 +71,43 @@ def test_parts_that_join_to_the_wrong_hash_are_refused(cache, monkeypatch, tmp_p
     with pytest.raises(ModelNotFound, match="refusing to load it"):
         embedded.default_model_path()
     assert not list(cache.glob("*.gguf")) and not list(cache.glob("*.partial-*"))
+
+
+def _holding(slots: embedded.Slots, size: int, got: threading.Event, release: threading.Event) -> threading.Thread:
+    def hold():
+        with slots.hold(size):
+            got.set()
+            release.wait(5)
+    thread = threading.Thread(target=hold, daemon=True)
+    thread.start()
+    return thread
+
+
+def test_requests_smaller_than_the_engine_share_its_slots_and_a_full_group_keeps_its_place_in_line():
+    slots = embedded.Slots(4)
+    got = [threading.Event() for _ in range(4)]
+    release = [threading.Event() for _ in range(4)]
+    first = _holding(slots, 3, got[0], release[0])
+    assert got[0].wait(5)
+    group = _holding(slots, 4, got[1], release[1])  # waits: only one slot is free
+    assert not got[1].wait(0.2)
+    pair = _holding(slots, 1, got[2], release[2])  # fits in the free slot, but the group came first
+    assert not got[2].wait(0.2) and slots.free == 1
+    release[0].set()
+    assert got[1].wait(5) and not got[2].wait(0.2) and slots.free == 0
+    release[1].set()
+    assert got[2].wait(5)
+    second = _holding(slots, 2, got[3], release[3])  # two small requests at once
+    assert got[3].wait(5) and slots.free == 1
+    for event in release:
+        event.set()
+    for thread in (first, group, pair, second):
+        thread.join(5)
+    assert slots.free == 4
+
+
+@pytest.mark.parametrize("size", [0, 5])
+def test_a_request_the_engine_has_no_slots_for_is_refused(size):
+    with pytest.raises(ValueError, match="slots"):
+        with embedded.Slots(4).hold(size):
+            pass
