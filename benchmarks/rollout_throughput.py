@@ -14,8 +14,8 @@ limit, not gym-tf). Arms run in alternating order, several times, and the best o
 The embedded table also runs gym-tf on a one-slot engine, a group's samples one after another, as the engine decoded
 before groups went in one batch: its line is the speed-up of batching on this CPU. With `--group` below the engine's
 slots (validation's pairs: `--group 2`; the learner's single replies: `--group 1`) it also runs gym-tf on an engine
-with exactly `--group` slots, one group at a time, as requests ran before they shared the slots: the last line is what
-sharing gains. The server table runs
+with exactly `--group` slots, one group at a time, standing in for the engine before requests shared its slots (then
+it had 4 slots behind a lock): the last line is what sharing gains. Give it at least `4 / --group` problems. The server table runs
 llama.cpp's server with the slots `gym-tf serve` gives the embedded model, and the concurrent client once more on a
 one-slot server, as `serve` started it before: its last line is what concurrent requests gain from the slots.
 """
@@ -148,7 +148,7 @@ def bench_embedded(args) -> None:
     arms = [
         ("plain loop on the engine", on_engine(1, lambda backend: plain_engine_arm(
             backend.server.handle_chat_completions, problems, args.group, args.max_tokens))),
-        ("gym-tf engine", on_engine(4, lambda backend: asyncio.run(
+        ("gym-tf engine", on_engine(SLOTS, lambda backend: asyncio.run(
             gym_tf_arm(backend, problems, args.group, args.max_tokens)))),
         # the engine as it was before groups decoded together: its samples one after another
         ("gym-tf engine, 1 slot", on_engine(1, lambda backend: asyncio.run(

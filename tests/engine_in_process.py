@@ -3,6 +3,7 @@ a child pytest, so a crash in native code (a segfault in llama.cpp) fails one te
 
 import asyncio
 import json
+import threading
 
 import jsonschema
 import pytest
@@ -56,12 +57,26 @@ async def test_concurrent_requests_share_the_slots_each_answered_on_its_own_prom
     reply belongs to its own request, with its own sample count and prompt."""
     backend = EmbeddedBackend(embedded_model_path, n_ctx=1024, slots=4)
     words = ["apple", "river", "seven", "violin"]
+    in_flight, peak, count = [0], [0], threading.Lock()
+    complete = backend._complete
+
+    def counted(request):
+        with count:
+            in_flight[0] += 1
+            peak[0] = max(peak[0], in_flight[0])
+        try:
+            return complete(request)
+        finally:
+            with count:
+                in_flight[0] -= 1
+    backend._complete = counted
 
     def ask(word):
         return [{"role": "user", "content": f"Repeat this word exactly: {word}"}]
     try:
-        alone = [await backend.generate(ask(w), n=1, temperature=0.0, max_tokens=8, seed=1) for w in words]
-        together = await asyncio.gather(*(backend.generate(ask(w), n=n, temperature=0.0, max_tokens=8, seed=1)
+        alone = [await backend.generate(ask(w), n=1, temperature=0.0, max_tokens=16, seed=1) for w in words]
+        assert peak[0] == 1
+        together = await asyncio.gather(*(backend.generate(ask(w), n=n, temperature=0.0, max_tokens=16, seed=1)
                                           for w, n in zip(words, (2, 2, 1, 1))))
     finally:
         await backend.aclose()
@@ -69,6 +84,7 @@ async def test_concurrent_requests_share_the_slots_each_answered_on_its_own_prom
     for word, one, generation in zip(words, alone, together):
         assert all(word in c.text.lower() for c in generation.choices), (word, generation.choices)
         assert generation.prompt_tokens == one.prompt_tokens * len(generation.choices)
+    assert peak[0] >= 2  # requests decoded side by side, not one at a time
     assert backend._slots.free == 4
 
 

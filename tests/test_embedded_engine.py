@@ -6,6 +6,7 @@ import os
 import subprocess
 import sys
 import threading
+import time
 
 import pytest
 import xllamacpp
@@ -90,7 +91,10 @@ def test_requests_smaller_than_the_engine_share_its_slots_and_a_full_group_keeps
     first = _holding(slots, 3, got[0], release[0])
     assert got[0].wait(5)
     group = _holding(slots, 4, got[1], release[1])  # waits: only one slot is free
-    assert not got[1].wait(0.2)
+    deadline = time.monotonic() + 5
+    while len(slots._line) != 1 and time.monotonic() < deadline:  # in line before the next one comes
+        time.sleep(0.01)
+    assert len(slots._line) == 1 and not got[1].wait(0.2)
     pair = _holding(slots, 1, got[2], release[2])  # fits in the free slot, but the group came first
     assert not got[2].wait(0.2) and slots.free == 1
     release[0].set()

@@ -33,7 +33,8 @@ DEFAULT_MODEL_SHA256 = "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6
 # Sequences llama.cpp decodes together in one batch: a group's samples in the optimizer, concurrent requests in
 # `serve`. A group of 4 on 2 cores: 2.43x the rate of one after another on a Sapphire Rapids-class Xeon, 1.29x on an
 # AVX2-only AMD EPYC (benchmarks/rollout_throughput.py). Smaller requests share them (`Slots`): on the EPYC, pairs
-# decode at 1.17x and single replies at 1.26x the rate of one request at a time.
+# decode at 1.17x and single replies at 1.26x the rate of one request at a time (`--group 2 --problems 6` and
+# `--group 1 --problems 8`, `--max-tokens 128 --repeats 2`).
 SLOTS = 4
 # llama.cpp CPU features whose code paths are known to crash (ggml_backend_amx_mul_mat, llama.cpp #20824).
 UNSAFE_CPU_FEATURES = ("AMX",)
@@ -180,8 +181,8 @@ def server_params(path: Path, n_ctx: int, threads: int | None, port: int = 0, sl
 
 class Slots:
     """The engine's slots, handed out in arrival order: a request for `size` samples waits until it is first in line
-    and `size` slots are free. Requests smaller than the engine (a validation pair, a learner's single reply) decode
-    together in one batch, and a full group still gets its turn: nobody behind it can take the slots it waits for.
+    and `size` slots are free. Requests smaller than the engine (the learner's single replies; validation's pairs at
+    the learning-effect benchmark's `--val-samples 2`) decode together in one batch, and a full group still gets its turn: nobody behind it can take the slots it waits for.
     A thread primitive, not an asyncio one: a backend may serve several event loops in turn (each `asyncio.run` of a
     script, each async test)."""
 
@@ -198,10 +199,12 @@ class Slots:
         ticket = object()
         with self._changed:
             self._line.append(ticket)
-            self._changed.wait_for(lambda: self._line[0] is ticket and self.free >= size)
-            self._line.popleft()
+            try:
+                self._changed.wait_for(lambda: self._line[0] is ticket and self.free >= size)
+            finally:  # served, or interrupted while waiting: either way out of the line
+                self._line.remove(ticket)
+                self._changed.notify_all()  # the next in line may fit in what is left
             self.free -= size
-            self._changed.notify_all()  # the next in line may fit in what is left
         try:
             yield
         finally:
@@ -214,7 +217,8 @@ class EmbeddedBackend:
     """llama.cpp's server engine in-process, on its own threads. A group's samples go in one request (`n`, up to
     `slots` of them), so the prompt is read once and the samples decode together in one batch: on a 2-core Sapphire
     Rapids-class Xeon, 4 samples decode 2.4x faster than one after another (`benchmarks/rollout_throughput.py`).
-    Concurrent requests share the slots (`Slots`): two validation pairs, or four learner replies, decode together."""
+    Concurrent requests share the slots (`Slots`): four single replies, or two pairs, decode together. A group larger
+    than the slots goes in requests of `slots`, each taking its turn in line."""
 
     def __init__(self, model_file: str | Path | None = None, n_ctx: int = 4096, threads: int | None = None,
                  slots: int = SLOTS):
