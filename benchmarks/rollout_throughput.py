@@ -13,11 +13,12 @@ The ratio that matters: gym-tf / best plain client at the same concurrency (targ
 limit, not gym-tf). Arms run in alternating order, several times, and the best of each is kept, against machine noise.
 The embedded table also runs gym-tf on a one-slot engine, a group's samples one after another, as the engine decoded
 before groups went in one batch: its line is the speed-up of batching on this CPU. With `--group` below the engine's
-slots (validation's pairs: `--group 2`; the learner's single replies: `--group 1`) it also runs gym-tf on an engine
-with exactly `--group` slots, one group at a time, standing in for the engine before requests shared its slots (then
-it had 4 slots behind a lock): the last line is what sharing gains. Give it at least `4 / --group` problems. The server table runs
-llama.cpp's server with the slots `gym-tf serve` gives the embedded model, and the concurrent client once more on a
-one-slot server, as `serve` started it before: its last line is what concurrent requests gain from the slots.
+slots (validation's pairs: `--group 2`) it also runs gym-tf on an engine with exactly `--group` slots, one group at
+a time, standing in for the engine before requests shared its slots (then it had 4 slots behind a lock): the last
+line is what sharing gains (at `--group 1` the one-slot line above is). Give it at least `4 / --group` problems.
+The server table runs llama.cpp's server with the slots `gym-tf serve` gives the embedded model, and the concurrent
+client once more on a one-slot server, as `serve` started it before: its last line is what concurrent requests gain
+from the slots.
 """
 
 from __future__ import annotations
@@ -180,8 +181,8 @@ def bench_embedded(args) -> None:
     alone = results["gym-tf engine, 1 slot"]
     console.print(f"gym-tf's engine ({SLOTS} slots) / every sample one after another (G={args.group}): "
                   f"{tokens / seconds / (alone[0] / alone[1]):.2f}x")
-    if args.group < SLOTS:  # as the engine ran before concurrent requests shared its slots: one group at a time
-        one_at_a_time = results["gym-tf engine, 1 slot" if args.group == 1 else f"gym-tf engine, {args.group} slots"]
+    if 1 < args.group < SLOTS:  # as the engine ran before concurrent requests shared its slots: one group at a time
+        one_at_a_time = results[f"gym-tf engine, {args.group} slots"]
         console.print(f"groups of {args.group} sharing {SLOTS} slots / one group at a time: "
                       f"{tokens / seconds / (one_at_a_time[0] / one_at_a_time[1]):.2f}x")
 

@@ -182,7 +182,8 @@ def server_params(path: Path, n_ctx: int, threads: int | None, port: int = 0, sl
 class Slots:
     """The engine's slots, handed out in arrival order: a request for `size` samples waits until it is first in line
     and `size` slots are free. Requests smaller than the engine (the learner's single replies; validation's pairs at
-    the learning-effect benchmark's `--val-samples 2`) decode together in one batch, and a full group still gets its turn: nobody behind it can take the slots it waits for.
+    the learning-effect benchmark's `--val-samples 2`) decode together in one batch, and a full group still gets its
+    turn: nobody behind it can take the slots it waits for.
     A thread primitive, not an asyncio one: a backend may serve several event loops in turn (each `asyncio.run` of a
     script, each async test)."""
 
