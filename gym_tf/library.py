@@ -101,12 +101,22 @@ def _latex_restored(text: Any) -> Any:
     return text
 
 
+# A learner listing its proposals numbers them ("1. The general rule ...", "2. The general rule ..."), and the number
+# is no part of the advice: the gcd benchmark run (seed 7) kept the same lesson twice, once as "1." and once as "2.",
+# past the duplicate check. The solver sees each item under its own id, so the marker is dropped.
+_LIST_MARKER = re.compile(r"^\s*(?:\d{1,2}[.)]|[-*\u2022])\s+")
+
+
+def _list_marker_removed(text: Any) -> Any:
+    return _LIST_MARKER.sub("", text, count=1) if isinstance(text, str) else text
+
+
 # What a stored lesson must be (a version from a file or a peer is checked against it): as long as ops allow. The
 # content rules above apply to new ops only: they grow with what learners are seen to write, and a library made
 # before a rule must still import, publish and follow.
 StoredLessonText = Annotated[str, Field(min_length=8, max_length=MAX_EXPERIENCE_CHARS)]
-ExperienceText = Annotated[str, BeforeValidator(_latex_restored), Field(min_length=8, max_length=MAX_EXPERIENCE_CHARS),
-                           AfterValidator(_says_something)]
+ExperienceText = Annotated[str, BeforeValidator(_latex_restored), BeforeValidator(_list_marker_removed),
+                           Field(min_length=8, max_length=MAX_EXPERIENCE_CHARS), AfterValidator(_says_something)]
 ExampleText = Annotated[str, Field(min_length=8, max_length=MAX_EXAMPLE_CHARS)]
 
 
@@ -294,7 +304,8 @@ class OpVerdict:
 def apply_ops(
     library: LibraryVersion, ops: list[Any], step: int, provenance: dict[int, Provenance] | None = None
 ) -> tuple[LibraryVersion, list[OpVerdict]]:
-    """Apply ops in order. Ops naming unknown ids, or adding a duplicate, are rejected with a reason.
+    """Apply ops in order. Ops naming unknown ids, adding a duplicate or updating to the same text are rejected with
+    a reason.
 
     `provenance` maps an op's index to where it came from. Returns the new version (parent = `library`; `library`
     itself when no op was accepted) and one verdict per op. The new version is only a value: recording it is the store's job.
@@ -315,6 +326,9 @@ def apply_ops(
             continue
         if isinstance(op, (AddOp, UpdateOp, MergeOp, ExampleOp)) and _is_duplicate(op.text, items, skip=_ids_of(op)):
             verdicts.append(OpVerdict(op, False, "duplicates an existing item"))
+            continue
+        if isinstance(op, UpdateOp) and _same_text(op.text, items[op.id].text):
+            verdicts.append(OpVerdict(op, False, f"changes nothing in {op.id}"))
             continue
         if isinstance(op, (AddOp, ExampleOp)):
             new_id = f"E{number}"
@@ -352,8 +366,16 @@ def _number_of(item_id: str) -> int:
 
 
 def _is_duplicate(text: str, items: dict[str, Experience], skip: tuple[str, ...]) -> bool:
-    key = " ".join(text.lower().split())
-    return any(" ".join(item.text.lower().split()) == key for item_id, item in items.items() if item_id not in skip)
+    return any(_same_text(text, item.text) for item_id, item in items.items() if item_id not in skip)
+
+
+def _same_text(a: str, b: str) -> bool:
+    """The same advice: equal but for case, spacing, a list marker in front and a full stop at the end."""
+    return _text_key(a) == _text_key(b)
+
+
+def _text_key(text: str) -> str:
+    return " ".join(_LIST_MARKER.sub("", text, count=1).lower().split()).rstrip(".")
 
 
 def example_text(problem: str, solution: str) -> str:

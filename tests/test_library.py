@@ -44,6 +44,20 @@ def test_unknown_ids_and_duplicates_are_rejected_with_reasons():
     assert [i.text for i in v2.items] == ["First lesson here.", "A genuinely new lesson."]
 
 
+def test_a_numbered_copy_of_a_lesson_is_the_same_lesson():
+    # The gcd benchmark run (seed 7): the learner added "1. <rule>" and updated E1, which already held the rule, to
+    # "2. <rule>"; both were accepted, and the library held the same lesson twice.
+    rule = "The greatest common divisor of two numbers also divides their difference."
+    v1, _ = apply_ops(EMPTY_LIBRARY, [add(rule)], step=3)
+    ops = [add(f"1. {rule}"), UpdateOp(op="update", id="E1", text=f"2. {rule[:-1]}"),
+           add("- Check the remainder twice.")]
+    v2, verdicts = apply_ops(v1, ops, step=4)
+    assert [(v.accepted, v.reason) for v in verdicts] == [
+        (False, "duplicates an existing item"), (False, "changes nothing in E1"), (True, "")]
+    assert [i.text for i in v2.items] == [rule, "Check the remainder twice."]  # the marker is no part of the advice
+    assert UpdateOp(op="update", id="E1", text="1.5 times the rule holds here.").text.startswith("1.5 times")
+
+
 def test_merge_keeps_the_oldest_id_and_provenance_is_recorded():
     v1, _ = apply_ops(EMPTY_LIBRARY, [add("Lesson number one."), add("Lesson number two."), add("Lesson number three.")], 1)
     origin = Provenance(step=0, op="", problem_ids=("p1",), rollout_ids=("r/1", "r/2"))
