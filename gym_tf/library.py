@@ -103,7 +103,8 @@ def _latex_restored(text: Any) -> Any:
 
 # A learner listing its proposals numbers them ("1. The general rule ...", "2. The general rule ..."), and the number
 # is no part of the advice: the gcd benchmark run (seed 7) kept the same lesson twice, once as "1." and once as "2.",
-# past the duplicate check. The solver sees each item under its own id, so the marker is dropped.
+# past the duplicate check. The solver sees each item under its own id, so the marker is dropped (after the LaTeX
+# above is restored: pydantic runs before-validators last to first, and "1. \frac" would otherwise lose its "\f").
 _LIST_MARKER = re.compile(r"^\s*(?:\d{1,2}[.)]|[-*\u2022])\s+")
 
 
@@ -115,7 +116,7 @@ def _list_marker_removed(text: Any) -> Any:
 # content rules above apply to new ops only: they grow with what learners are seen to write, and a library made
 # before a rule must still import, publish and follow.
 StoredLessonText = Annotated[str, Field(min_length=8, max_length=MAX_EXPERIENCE_CHARS)]
-ExperienceText = Annotated[str, BeforeValidator(_latex_restored), BeforeValidator(_list_marker_removed),
+ExperienceText = Annotated[str, BeforeValidator(_list_marker_removed), BeforeValidator(_latex_restored),
                            Field(min_length=8, max_length=MAX_EXPERIENCE_CHARS), AfterValidator(_says_something)]
 ExampleText = Annotated[str, Field(min_length=8, max_length=MAX_EXAMPLE_CHARS)]
 
@@ -366,7 +367,8 @@ def _number_of(item_id: str) -> int:
 
 
 def _is_duplicate(text: str, items: dict[str, Experience], skip: tuple[str, ...]) -> bool:
-    return any(_same_text(text, item.text) for item_id, item in items.items() if item_id not in skip)
+    key = _text_key(text)
+    return any(_text_key(item.text) == key for item_id, item in items.items() if item_id not in skip)
 
 
 def _same_text(a: str, b: str) -> bool:

@@ -56,6 +56,12 @@ def test_a_numbered_copy_of_a_lesson_is_the_same_lesson():
         (False, "duplicates an existing item"), (False, "changes nothing in E1"), (True, "")]
     assert [i.text for i in v2.items] == [rule, "Check the remainder twice."]  # the marker is no part of the advice
     assert UpdateOp(op="update", id="E1", text="1.5 times the rule holds here.").text.startswith("1.5 times")
+    # JSON reads "\frac" as a form feed and "r": restored to LaTeX first, then the marker goes, not the "\f"
+    assert add("1. \x0crac{a}{b} is a fraction in lowest terms.").text == "\\frac{a}{b} is a fraction in lowest terms."
+    # a lesson stored with its marker, before the marker was dropped, is still the same lesson
+    stored = v1.model_copy(update={"items": (v1.items[0].model_copy(update={"text": f"2. {rule}"}),)})
+    _, verdicts = apply_ops(stored, [add(rule)], step=5)
+    assert [(v.accepted, v.reason) for v in verdicts] == [(False, "duplicates an existing item")]
 
 
 def test_merge_keeps_the_oldest_id_and_provenance_is_recorded():
