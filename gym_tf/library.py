@@ -328,7 +328,7 @@ def apply_ops(
         if isinstance(op, (AddOp, UpdateOp, MergeOp, ExampleOp)) and _is_duplicate(op.text, items, skip=_ids_of(op)):
             verdicts.append(OpVerdict(op, False, "duplicates an existing item"))
             continue
-        if isinstance(op, UpdateOp) and _same_text(op.text, items[op.id].text):
+        if isinstance(op, UpdateOp) and _text_key(op.text) == _text_key(items[op.id].text):
             verdicts.append(OpVerdict(op, False, f"changes nothing in {op.id}"))
             continue
         if isinstance(op, (AddOp, ExampleOp)):
@@ -371,12 +371,9 @@ def _is_duplicate(text: str, items: dict[str, Experience], skip: tuple[str, ...]
     return any(_text_key(item.text) == key for item_id, item in items.items() if item_id not in skip)
 
 
-def _same_text(a: str, b: str) -> bool:
-    """The same advice: equal but for case, spacing, a list marker in front and a full stop at the end."""
-    return _text_key(a) == _text_key(b)
-
-
 def _text_key(text: str) -> str:
+    """Equal keys, the same advice: texts equal but for case, spacing, a list marker in front and a full stop at the
+    end."""
     return " ".join(_LIST_MARKER.sub("", text, count=1).lower().split()).rstrip(".")
 
 
