@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import math
 import re
+from collections import Counter
 from dataclasses import dataclass
 from functools import cached_property, lru_cache
 from typing import Annotated, Any, Iterable, Literal, Union
@@ -29,10 +30,12 @@ MIN_LESSON_LETTERS = 10
 
 # "Add a lesson on solving muffins and ..." (the 0.5B learner, in the README's main command) and "Add a general
 # strategy for solving problems involving multiplication and addition. ..." (the same, on basic_arithmetic):
-# instructions to whoever keeps the library, which the solver reads as noise. A heuristic: it reads only how the
-# text starts.
+# instructions to whoever keeps the library, which the solver reads as noise; so is "Propose a lesson on the concept
+# of ..." (the 0.5B learner on syllogism, 2026-11-26) and "Provide a general strategy to help on other problems too."
+# (on coin_flip). A heuristic: it reads only how the text starts.
 _ABOUT_THE_LIBRARY = re.compile(
-    r"^\W*(?:please\s+)?(?:add|create|write|include|insert|record|store|keep|remove|delete|update|merge)\b"
+    r"^\W*(?:please\s+)?(?:add|create|write|include|insert|record|store|keep|remove|delete|update|merge|propose|"
+    r"suggest|provide|give|formulate|generate)\b"
     r"(?:[^.]{0,40}?\b(?:lessons?|experiences?|library)\b"
     r"|\s+(?:a|an|one|another|new)\s+(?:\w+\s+){0,2}(?:strategy|strategies|rule|tip|insight|item|entry)\b)",
     re.IGNORECASE)
@@ -57,6 +60,18 @@ _NARRATES_AN_ATTEMPT = re.compile(
     r"|\bthe\s+key\s+steps\s+were\s+to\b|\bexperiences?\s+(?:the\s+model|it)\s+(?:was|were)\s+given\b", re.IGNORECASE)
 
 
+# "Propose a lesson on the concept of the concept of the concept of ..." to the 400-character cap (the 0.5B learner on
+# syllogism, 2026-11-26, kept by a prune step that measured it on 2 validation samples): a reply caught in a loop.
+# Advice may say "the number of" twice; a run of four words said four times is a loop.
+REPEATS_IN_A_LOOP = 4
+
+
+def _repeats_itself(text: str) -> bool:
+    words = re.findall(r"\w+", text.lower())
+    runs = Counter(tuple(words[i:i + 4]) for i in range(len(words) - 3))
+    return bool(runs) and max(runs.values()) >= REPEATS_IN_A_LOOP
+
+
 def _says_something(text: str) -> str:
     """A lesson is advice in words: "8 + 32 = 40" is one problem's arithmetic, not a lesson (a 0.5B learner wrote
     exactly that into a learned library). Letters are counted, not words, so scripts without spaces pass. Nor is
@@ -65,6 +80,9 @@ def _says_something(text: str) -> str:
     if sum(c.isalpha() for c in text) < MIN_LESSON_LETTERS:
         raise ValueError(f"a lesson needs at least {MIN_LESSON_LETTERS} letters of advice: state a general rule, "
                          "not one problem's result")
+    if _repeats_itself(text):
+        raise ValueError("a lesson that says the same words over and over is a reply caught in a loop: state the "
+                         "advice once")
     if _ABOUT_THE_LIBRARY.match(text):
         raise ValueError("a lesson is advice to the solver, not an instruction about the library: write the advice "
                          "itself")

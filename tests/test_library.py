@@ -97,6 +97,7 @@ def test_a_lesson_is_advice_in_words_not_one_problems_result():
 LIBRARY, ATTEMPTS, ECHO = ("not an instruction about the library", "no attempts and no reference answer",
                            "not the instructions copied back")
 STORY = "not a story of what one attempt did"
+LOOP = "caught in a loop"
 
 
 @pytest.mark.parametrize("text, refusal", [
@@ -124,9 +125,17 @@ STORY = "not a story of what one attempt did"
     ("Operations.0.add.text is where advice goes now.", ECHO),
     ("Check the lesson at operations.0 before you answer it.", ECHO),  # an error at a whole op names no field
     ("Follow the order of operations. 2 rules: multiply, then add.", None),
-    # the 0.5B learner on chain_sum (stop 31): the extract prompt's own sentence
+    # the 0.5B learner on syllogism at two epochs (2026-11-26), kept until then; and on coin_flip, a paraphrase
+    ("Propose a lesson on the concept of the concept of the concept.", LIBRARY),
+    ("Provide a general strategy to help on other problems too.", LIBRARY),
+    ("Give a new tip about syllogisms.", LIBRARY),
+    ("Give the answer as a fraction in lowest terms.", None),  # advice that starts with one of those verbs
+    ("Provide units with every length you compute.", None),
+    # the 0.5B learner on chain_sum (stop 31): the extract prompt's own sentence, refused by how it starts, and
+    # without its first words by the words it copies
     ("Propose at most 2 operations on the library. A lesson is a general strategy that would help on OTHER problems.",
-     ECHO),
+     LIBRARY),
+    ("At most 2 operations on the library. A lesson is a general strategy that would help on OTHER problems.", ECHO),
     # the 0.5B learner in the README's main command on a 2-core AMD EPYC (2026-11-25), kept as a lesson until then
     ("1.0: The model attempted to determine how many muffins are left after the baker sells three quarters of them. "
      "The key steps were to calculate three quarters of the total number of muffins and subtract the number of "
@@ -155,6 +164,10 @@ STORY = "not a story of what one attempt did"
     ("Name the model used (rate x time) before computing.", None),
     ("Check whether the solver found every case before summing.", None),
     ("Recheck any count where key steps were skipped.", None),
+    # a reply caught in a loop, as the syllogism lesson went on to the 400-character cap
+    ("Think about the concept of the concept of the concept of the concept of the premises.", LOOP),
+    ("Count the number of legs, the number of heads, then the number of animals.", None),  # "the number of": 3 words
+    ("Check all of the premises, all of the premises, and all of the premises again.", None),  # a run of 4, 3 times
 ])
 def test_a_lesson_is_advice_to_the_solver_not_about_the_library_the_attempts_or_our_prompts(text, refusal):
     if refusal:
