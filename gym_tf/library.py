@@ -61,7 +61,8 @@ _NARRATES_AN_ATTEMPT = re.compile(
 
 
 # "Propose a lesson on the concept of the concept of the concept of ..." to the 400-character cap (the 0.5B learner on
-# syllogism, 2026-11-26, kept by a prune step that measured it on 2 validation samples): a reply caught in a loop.
+# syllogism, 2026-11-26, kept by the prune step: 0.83 with it, 0.75 without, on 6 validation problems x 2 samples):
+# a reply caught in a loop.
 # Advice may say "the number of" twice; a run of four words said four times is a loop.
 REPEATS_IN_A_LOOP = 4
 
