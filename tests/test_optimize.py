@@ -19,10 +19,11 @@ from gym_tf.config import OptimizeConfig
 from gym_tf.datasets import Problem, load_dataset
 from gym_tf.errors import ConfigError
 from gym_tf.display import library_table
-from gym_tf.learner import OpRules, numbers_of, repeats_problem
-from gym_tf.library import AddOp, LibraryVersion
+from gym_tf.learner import OpRules, numbers_of, repeats_problem, summarize_prompt
+from gym_tf.library import EMPTY_LIBRARY, AddOp, ExampleOp, LibraryVersion, apply_ops, example_text
 from gym_tf.library_io import diff_versions
 from gym_tf.optimize import Optimizer, resume_config
+from gym_tf.rollouts import Rollout, build_messages
 from gym_tf.store import RunStore, learner_answer
 from gym_tf.studio import queries as studio_queries
 
@@ -61,6 +62,20 @@ async def test_learner_calls_match_the_reference_design(store, scripted):
     assert by_stage["summarize"] == used * SMALL.group_size
     assert by_stage["extract"] == used
     assert by_stage["consolidate"] == 2  # one per step
+
+
+def test_the_summary_prompt_lists_the_lessons_an_attempt_was_shown_not_its_worked_examples():
+    library, _ = apply_ops(EMPTY_LIBRARY, [
+        AddOp(op="add", text="Convert every quantity to the same unit first."),
+        ExampleOp(op="example", text=example_text("How many legs do 3 spiders have?", "3 x 8 = 24. \\boxed{24}"))],
+        step=1)
+    problem = Problem(id="p", problem="How many minutes are there in 3.5 hours?", answer="210")
+    messages, shown = build_messages(problem, library)
+    assert shown == ("E1", "E2")  # the solver saw both
+    attempt = Rollout("p", 0, messages, "3.5 x 60 = 210. \\boxed{210}", "stop", 10, 10, 0.0, reward=1.0, shown=shown)
+    prompt = summarize_prompt(problem, attempt, library)
+    assert "[E1] Convert every quantity to the same unit first." in prompt
+    assert "spiders" not in prompt and "[E2]" not in prompt
 
 
 async def test_homogeneous_groups_cost_no_learner_calls(store, quickstart):
