@@ -245,7 +245,7 @@ def _listing(items: list[Any]) -> str:
 
 def summarize_prompt(problem: Problem, rollout: Rollout, library: LibraryVersion) -> str:
     """The lessons the attempt was shown, not its worked examples: a prompt carrying whole solutions besides the
-    attempt made the 0.5B summarizer echo the prompt to its token limit (12 of 12 summaries of the quickstart's second
+    attempt made the 0.5B summarizer copy them out, 400 to 512 tokens (11 of 12 summaries of the quickstart's second
     step), and the later stages edit lessons only."""
     verdict = "correct" if (rollout.reward or 0) >= 1 else "incorrect" if rollout.reward is not None else "ungraded"
     shown = [item for item in library.items if item.id in rollout.shown and item.kind == "lesson"]
