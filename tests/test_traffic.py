@@ -249,6 +249,10 @@ def test_kill_switch_stops_and_resumes_recording(served):
         feedback(client, response_id=unrecorded.id, score="up")
 
 
+# ten digits: a four-digit secret turned up inside a stored timestamp ("created": 1795751234.05) and failed a clean run
+SECRET = "8675309421"
+
+
 def test_redaction_runs_before_storage_and_a_failing_hook_keeps_nothing(tmp_path):
     store = RunStore(tmp_path / "ws")
     process, url, _ = start_fake(tmp_path)
@@ -260,7 +264,7 @@ def test_redaction_runs_before_storage_and_a_failing_hook_keeps_nothing(tmp_path
             running = Running(create_app(Upstream(url), RunStore(workspace), None, recorder))
             client = openai.OpenAI(base_url=running.url, api_key="x", max_retries=0)
             client.chat.completions.create(model="m", messages=HI)
-            client.chat.completions.create(model="m", messages=[{"role": "user", "content": "my secret is 1234"}])
+            client.chat.completions.create(model="m", messages=[{"role": "user", "content": f"my secret is {SECRET}"}])
             kept = expected + (hook == "redactors:mask_digits")
             # wait long for rows that should come (a loaded machine starts the writer slowly), briefly for none
             found = rows(workspace, kept or 2, "default", timeout=20 if kept else 2)
@@ -268,7 +272,7 @@ def test_redaction_runs_before_storage_and_a_failing_hook_keeps_nothing(tmp_path
             running.stop()
             assert len(found) == kept, hook
             stored = b"".join(p.read_bytes() for p in workspace.glob("*.db*"))  # the file and its WAL
-            assert b"1234" not in stored, hook  # nowhere in the file, not even in a freed page
+            assert SECRET.encode() not in stored, hook  # nowhere in the file, not even in a freed page
             if hook == "redactors:mask_digits":
                 assert found[0]["request"]["messages"][0]["content"] == "What is # times #?"
     finally:
