@@ -16,6 +16,7 @@ unpruned library, which is opt-in since: about 68 without it), past the hour the
 backend runs it for a larger model.
 
     python benchmarks/learning_effect.py --families leg_counting,gcd --out bench-out
+    python benchmarks/learning_effect.py --families leg_counting,gcd --out bench-out --resume   # after a stop
     python benchmarks/learning_effect.py --screen --families dice,syllogism,spell_backward   # which to run
     python benchmarks/learning_effect.py --families basic_arithmetic --base-url http://127.0.0.1:8000/v1
     python benchmarks/learning_effect.py --families chain_sum --learner-model-file qwen2.5-coder-1.5b-q4_k_m.gguf
@@ -39,6 +40,7 @@ from gym_tf.backends.embedded import cpu_label  # noqa: E402
 from gym_tf.compare import compare, plot  # noqa: E402
 from gym_tf.config import OptimizeConfig, RolloutConfig  # noqa: E402
 from gym_tf.datasets import load_dataset  # noqa: E402
+from gym_tf.errors import ConfigError, StoreError  # noqa: E402
 from gym_tf.evaluate import evaluate  # noqa: E402
 from gym_tf.library import LibraryVersion  # noqa: E402
 from gym_tf.metrics import paired_difference  # noqa: E402
@@ -100,8 +102,63 @@ async def pick_level(family: str, args: argparse.Namespace, backend, folder: Pat
     return calibration.level, calibration
 
 
+async def chosen_level(family: str, args: argparse.Namespace, backend, folder: Path,
+                       sampling) -> tuple[int | None, task_levels.Calibration | None]:
+    """`pick_level`, once per family folder: the choice is kept in `level.json`, so a resumed run draws the same
+    splits (the probes of one level can read 0.41 in one run and 0.66 in the next)."""
+    path = folder / "level.json"
+    if args.resume and path.exists():
+        kept = json.loads(path.read_text(encoding="utf-8"))
+        found = kept["calibration"]
+        calibration = task_levels.Calibration(
+            level=found["level"], rates={int(k): v for k, v in found["rates"].items()}, tokens=found["tokens"],
+            aim=task_levels.Aim(**found["aim"]), too_few=tuple(found["too_few"])) if found else None
+        return kept["level"], calibration
+    level, calibration = await pick_level(family, args, backend, folder, sampling)
+    path.write_text(json.dumps({"level": level, "calibration": dataclasses.asdict(calibration) if calibration
+                                else None}), encoding="utf-8")
+    return level, calibration
+
+
+def earlier_run(store: RunStore, config: OptimizeConfig, folder: Path) -> str | None:
+    """With `--resume`: the optimize run a stopped benchmark left in the family's folder, to go on from its last
+    committed step (its rollouts and learner replies are stored: nothing is paid twice). A resume repeats exactly
+    what was started, so the run's settings must be these."""
+    runs = [r for r in store.runs() if r["kind"] == "optimize"]
+    if not runs:
+        return None
+    run_id, stored = store.run_config(runs[0]["id"], "optimize", OptimizeConfig)
+    if stored.recorded() != config.recorded():
+        changed = sorted(k for k, v in config.recorded().items() if stored.recorded().get(k) != v)
+        raise ConfigError(f"{folder}: its run {run_id} was made with other settings ({', '.join(changed)}); "
+                          "resume with the arguments it was started with, or give another --out")
+    return run_id
+
+
+class Clock:
+    """Seconds a family's run has worked, across resumes (`clock.json`, saved at each progress line): a resumed
+    run starts from what the stopped one saved last; the work it redoes since that line is counted once more."""
+
+    def __init__(self, path: Path, resume: bool):
+        self.path = path
+        self.resumed = resume and path.exists()
+        before = json.loads(path.read_text(encoding="utf-8"))["elapsed_s"] if self.resumed else 0.0
+        self.origin = time.perf_counter() - before
+
+    def __call__(self) -> float:
+        return time.perf_counter() - self.origin
+
+    def save(self) -> float:
+        elapsed = self()
+        self.path.write_text(json.dumps({"elapsed_s": elapsed}), encoding="utf-8")
+        return elapsed
+
+
 async def one_family(family: str, args: argparse.Namespace, out: Path) -> dict:
     folder = out / family
+    if args.resume and (folder / "comparison.json").exists():
+        print(f"{family}: finished before; its row is read from {folder / 'comparison.json'}", file=sys.stderr)
+        return row(json.loads((folder / "comparison.json").read_text(encoding="utf-8")))
     folder.mkdir(parents=True, exist_ok=True)
     backend_config = BackendConfig(base_url=args.base_url, model=args.model, model_file=args.model_file,
                                    api_key=args.api_key)
@@ -113,9 +170,9 @@ async def one_family(family: str, args: argparse.Namespace, out: Path) -> dict:
     store = RunStore(folder / "ws")
     backend = await make_backend(backend_config)
     learner = await make_backend(learner_config) if learner_config else None
-    started = time.perf_counter()
+    clock = Clock(folder / "clock.json", args.resume)
     try:
-        level, calibration = await pick_level(family, args, backend, folder, rollout.sampling())
+        level, calibration = await chosen_level(family, args, backend, folder, rollout.sampling())
         train, val, test, reward = splits(family, args, folder, level, calibration)
         config = OptimizeConfig(
             dataset=str(train), val_dataset=str(val), val_samples=args.val_samples, reward=reward, epochs=args.epochs,
@@ -128,18 +185,19 @@ async def one_family(family: str, args: argparse.Namespace, out: Path) -> dict:
         def progress(p):
             line = f"{family}: step {p.step}/{p.total_steps} rollouts {p.rollouts} library {p.library_size}"
             if line != getattr(progress, "last", None):
-                print(f"[{time.perf_counter() - started:6.0f}s] {line}", file=sys.stderr, flush=True)
+                print(f"[{clock.save():6.0f}s] {line}", file=sys.stderr, flush=True)
                 progress.last = line
 
-        result = await Optimizer(config, store, backend, learner, on_progress=progress).run()
-        learn_s = time.perf_counter() - started
+        run_id = earlier_run(store, config, folder) if args.resume else None
+        result = await Optimizer(config, store, backend, learner, run_id=run_id, on_progress=progress).run()
+        learn_s = clock.save()
         learning = sum(u["prompt"] + u["completion"] for u in store.usage(result.run_id).values())
         problems = load_dataset(str(test))
         done: dict[str, int] = {}
 
         def tested(arm, problem, group):
             done[arm] = done.get(arm, 0) + 1
-            print(f"[{time.perf_counter() - started:6.0f}s] {family}: test {arm} {done[arm]}/{len(problems)}",
+            print(f"[{clock.save():6.0f}s] {family}: test {arm} {done[arm]}/{len(problems)}",
                   file=sys.stderr, flush=True)
 
         prune = next((s for s in store.steps(result.run_id) if "ablation" in s["stats"]), None)
@@ -153,7 +211,7 @@ async def one_family(family: str, args: argparse.Namespace, out: Path) -> dict:
     comparison.extra.update(family=family, level="default" if level is None else level,
                             probes=dataclasses.asdict(calibration) if calibration else None,
                             model=backend.model, learner=(learner or backend).model, learn_s=learn_s, cpu=cpu_label(),
-                            wall_s=time.perf_counter() - started, settings={k: str(v) for k, v in vars(args).items()},
+                            wall_s=clock(), resumed=clock.resumed, settings={k: str(v) for k, v in vars(args).items()},
                             library=[i.model_dump(mode="json") for i in result.library.items],
                             prune=prune_effect(comparison, prune))
     comparison.write(folder / "comparison.json")
@@ -354,7 +412,7 @@ def level_arg(text: str) -> str:
     raise argparse.ArgumentTypeError(f"{text!r}: `auto`, `default` or a level number (0 the easiest)")
 
 
-def main() -> None:
+def arguments() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--families", default=DEFAULT_FAMILIES, help="reasoning-gym task names, or `quickstart`")
     parser.add_argument("--train", type=int, default=16)
@@ -398,6 +456,10 @@ def main() -> None:
     parser.add_argument("--learner-model")
     parser.add_argument("--learner-model-file", help="a local GGUF for the learning stages (embedded engine)")
     parser.add_argument("--out", type=Path, default=Path("learning-effect"))
+    parser.add_argument("--resume", action="store_true",
+                        help="go on with a stopped run: the same arguments and --out; families already compared are "
+                             "read back, a family's level and optimize run are taken up where they stopped (a test "
+                             "split cut short is sampled again)")
     parser.add_argument("--report", type=Path, nargs="+", metavar="JSON",
                         help="print the table of runs already made, run nothing: their comparison.json files, or "
                              "results.json lists (a run's, or the archive benchmarks/results/learning_effect.json)")
@@ -407,6 +469,11 @@ def main() -> None:
                              "the token cap), to choose families the model can learn from")
     parser.add_argument("--plot", type=Path,
                         help="with --report: each run's intervals against no library and its vote, as a PNG")
+    return parser
+
+
+def main() -> None:
+    parser = arguments()
     args = parser.parse_args()
     if args.plot and not args.report:
         parser.error("--plot draws the runs named by --report")
@@ -427,7 +494,10 @@ def main() -> None:
         return
     rows = []
     for family in args.families.split(","):
-        rows.append(asyncio.run(one_family(family, args, args.out)))
+        try:
+            rows.append(asyncio.run(one_family(family, args, args.out)))
+        except (ConfigError, StoreError) as error:  # other settings, or a run another process holds
+            parser.exit(2, f"{parser.prog}: error: {error}\n")
         table = markdown(rows)
         (args.out / "results.md").write_text(table, encoding="utf-8")
         (args.out / "results.json").write_text(json.dumps(rows, indent=2), encoding="utf-8")

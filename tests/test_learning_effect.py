@@ -166,3 +166,93 @@ def test_the_unpruned_library_is_tested_only_when_asked_and_only_where_pruning_d
     kept_all = {"version_before": after.id, "version_after": after.id}
     assert names(bench.compared_arms(store, after, 900, kept_all, with_unpruned=True)) == both
     assert names(bench.compared_arms(store, after, 900, None, with_unpruned=True)) == both
+
+
+class CrashingBackend:
+    """The scripted model, until its `crash_after`-th call: then the engine dies, as a killed run's would."""
+
+    def __init__(self, backend, crash_after: int):
+        self.backend, self.crash_after, self.model = backend, crash_after, backend.model
+
+    async def generate(self, messages, n=1, **sampling):
+        if len(self.backend.calls) >= self.crash_after:
+            raise ConnectionError("the engine died")
+        return await self.backend.generate(messages, n, **sampling)
+
+    async def aclose(self):
+        pass
+
+
+def test_a_stopped_benchmark_resumes_where_it_stopped_and_ends_as_an_uninterrupted_one(bench, tmp_path, monkeypatch):
+    """`--resume`: the family's optimize run goes on from its last committed step (nothing stored is sampled
+    again), the row comes out as an uninterrupted run's, a finished family is read back without a call, and a
+    resume with other settings is refused by name."""
+    import asyncio
+
+    from fakes import ScriptedBackend
+    from gym_tf.datasets import load_dataset
+    from gym_tf.errors import ConfigError
+
+    gold = {p.problem: p.answer for p in load_dataset("quickstart")}
+    backends = []
+
+    async def fake_backend(config):
+        return backends.pop(0)
+
+    monkeypatch.setattr(bench, "make_backend", fake_backend)
+    base = ["--families", "quickstart", "--epochs", "1", "-k", "2", "--val-samples", "1"]
+
+    def run(out, backend, *more):
+        backends.append(backend)
+        args = bench.arguments().parse_args([*base, "--out", str(tmp_path / out), *more])
+        return asyncio.run(bench.one_family("quickstart", args, args.out))
+
+    clean = ScriptedBackend(gold)
+    clean_row = run("clean", clean)
+    test_calls = 16 * 2  # the test split (16 problems) in two arms, one request of k answers per problem
+    learning_calls = len(clean.calls) - test_calls
+    assert learning_calls > 10
+
+    crashed = ScriptedBackend(gold)
+    with pytest.raises(ConnectionError):
+        run("stopped", CrashingBackend(crashed, crash_after=learning_calls // 2))
+    with pytest.raises(ConfigError, match="epochs"):
+        run("stopped", ScriptedBackend(gold), "--resume", "--epochs", "2")
+
+    resumed = ScriptedBackend(gold)
+    resumed_row = run("stopped", resumed, "--resume")
+    without_wall = lambda r: {k: v for k, v in r.items() if k != "wall_min"}  # noqa: E731
+    assert without_wall(resumed_row) == without_wall(clean_row)
+    # the resumed process paid for what the stopped one had not stored, and for the test split
+    assert test_calls < len(resumed.calls) < len(clean.calls)
+    assert len(resumed.calls) + len(crashed.calls) >= len(clean.calls)
+    comparison = json.loads((tmp_path / "stopped" / "quickstart" / "comparison.json").read_text())
+    assert comparison["resumed"] is True and comparison["wall_s"] > 0
+
+    done = ScriptedBackend(gold)
+    assert run("stopped", CrashingBackend(done, crash_after=0), "--resume") == resumed_row
+    assert done.calls == []
+
+
+def test_a_resumed_run_keeps_the_level_its_probes_chose(bench, tmp_path, monkeypatch):
+    """The probes of one level can read 0.41 in one run and 0.66 in the next: a resume must not probe again, or it
+    could draw other splits than the run it continues."""
+    import asyncio
+
+    from gym_tf import task_levels
+
+    chosen = task_levels.Calibration(level=2, rates={0: 0.81, 1: 0.56, 2: 0.31}, tokens=17199, aim=task_levels.AIM,
+                                     too_few=(4,))
+
+    async def probe(family, args, backend, folder, sampling):
+        return 2, chosen
+
+    async def no_probe(*_):
+        raise AssertionError("probed again")
+
+    args = bench.arguments().parse_args(["--families", "chain_sum"])
+    monkeypatch.setattr(bench, "pick_level", probe)
+    assert asyncio.run(bench.chosen_level("chain_sum", args, None, tmp_path, None)) == (2, chosen)
+    monkeypatch.setattr(bench, "pick_level", no_probe)
+    resumed = bench.arguments().parse_args(["--families", "chain_sum", "--resume"])
+    assert asyncio.run(bench.chosen_level("chain_sum", resumed, None, tmp_path, None)) == (2, chosen)
