@@ -358,8 +358,8 @@ def forest(rows: list[dict], path: Path) -> list[str]:
         ax.set_xlabel("difference in accuracy, 95% interval")
     panels[0].set_yticks(range(len(rows)), labels, fontsize=8)
     panels[0].invert_yaxis()
-    fig.suptitle("Held-out test problems, the same problems and seeds in both arms (* an earlier rule; see the table)",
-                 fontsize=9)
+    fig.suptitle("Held-out test problems, the same problems and seeds in both arms "
+                 "(* an earlier rule or another setting; see the table)", fontsize=9)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

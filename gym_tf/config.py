@@ -54,8 +54,9 @@ class OptimizeConfig(BaseModel):
     learner_max_tokens: int = Field(512, ge=1, description="longest learner reply, in tokens")
     max_ops_per_group: int = Field(2, ge=1, le=8, description="operations a group may propose")
     max_attempts: int = Field(3, ge=1, description="tries per learner reply before it is recorded as rejected")
-    summarize: bool = Field(True, description="summarize each rollout before comparing (the paper's design); "
-                            "off: the group call reads the raw answers, saving one call per rollout")
+    summarize: bool = Field(False, description="summarize each rollout before comparing (the paper's design); off "
+                            "(the default, the setting the learning-effect benchmark measures): the group call reads "
+                            "the raw answers, saving one call per rollout")
     hard_groups: Literal["skip", "reference"] = Field(
         "skip", description="all-fail groups: skip, or contrast the failures with the reference answer/solution"
     )

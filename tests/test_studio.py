@@ -28,8 +28,9 @@ from server import ServerConfig, create_app
 from server.upstream import Upstream
 
 READER, ADMIN = {"Authorization": "Bearer reader"}, {"Authorization": "Bearer boss"}
+# with summaries (off by default), so a lesson's page has every learner stage to lead to
 GATED = OptimizeConfig(dataset="quickstart", limit=8, batch_size=4, group_size=4, epochs=2, seed=3,
-                       val_dataset="quickstart", val_samples=2, prune=True)
+                       val_dataset="quickstart", val_samples=2, prune=True, summarize=True)
 
 
 class HurtByLibrary(ScriptedBackend):
