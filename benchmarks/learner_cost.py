@@ -85,12 +85,13 @@ if __name__ == "__main__":
         from gym_tf.backends.embedded import EmbeddedBackend
 
         backend = EmbeddedBackend()
-        base = OptimizeConfig(dataset="quickstart", limit=4, batch_size=2, group_size=2, epochs=1,
+        base = OptimizeConfig(dataset="quickstart", limit=4, batch_size=2, group_size=2, epochs=1, summarize=True,
                               rollout=RolloutConfig(max_completion_tokens=128))
     else:
         answers = {p.problem: p.answer for p in load_dataset("quickstart")}
         backend = ScriptedBackend(answers)
-        base = OptimizeConfig(dataset="quickstart", limit=24, batch_size=8, group_size=4, epochs=1, worked_examples=False)
+        base = OptimizeConfig(dataset="quickstart", limit=24, batch_size=8, group_size=4, epochs=1,
+                              worked_examples=False, summarize=True)
     show("paper design (summaries on)", asyncio.run(measure(backend, base)))
     show("summaries off", asyncio.run(measure(backend, base.model_copy(update={"summarize": False}))))
     if not args.embedded:

@@ -102,6 +102,23 @@ async def pick_level(family: str, args: argparse.Namespace, backend, folder: Pat
     return calibration.level, calibration
 
 
+# how the benchmark is invoked, not what a family's run is (and the API key, which no file keeps)
+NOT_SETTINGS = frozenset({"resume", "out", "report", "plot", "screen", "families", "api_key"})
+
+
+def settings(args: argparse.Namespace) -> dict[str, str]:
+    """The arguments that make a family's run what it is, as its files record them."""
+    return {k: str(v) for k, v in vars(args).items() if k not in NOT_SETTINGS}
+
+
+def same_settings(recorded: dict, now: dict, what: str) -> None:
+    """A resume repeats exactly what was started: refuse, naming them, settings that differ from the recorded."""
+    changed = sorted(k for k in (recorded.keys() | now.keys()) - NOT_SETTINGS if recorded.get(k) != now.get(k))
+    if changed:
+        raise ConfigError(f"{what} was made with other settings ({', '.join(changed)}); resume with the arguments "
+                          "it was started with, or give another --out")
+
+
 async def chosen_level(family: str, args: argparse.Namespace, backend, folder: Path,
                        sampling) -> tuple[int | None, task_levels.Calibration | None]:
     """`pick_level`, once per family folder: the choice is kept in `level.json`, so a resumed run draws the same
@@ -109,29 +126,31 @@ async def chosen_level(family: str, args: argparse.Namespace, backend, folder: P
     path = folder / "level.json"
     if args.resume and path.exists():
         kept = json.loads(path.read_text(encoding="utf-8"))
+        same_settings(kept["settings"], settings(args), str(path))
         found = kept["calibration"]
         calibration = task_levels.Calibration(
             level=found["level"], rates={int(k): v for k, v in found["rates"].items()}, tokens=found["tokens"],
             aim=task_levels.Aim(**found["aim"]), too_few=tuple(found["too_few"])) if found else None
         return kept["level"], calibration
     level, calibration = await pick_level(family, args, backend, folder, sampling)
-    path.write_text(json.dumps({"level": level, "calibration": dataclasses.asdict(calibration) if calibration
-                                else None}), encoding="utf-8")
+    path.write_text(json.dumps({"settings": settings(args), "level": level,
+                                "calibration": dataclasses.asdict(calibration) if calibration else None}),
+                    encoding="utf-8")
     return level, calibration
 
 
 def earlier_run(store: RunStore, config: OptimizeConfig, folder: Path) -> str | None:
     """With `--resume`: the optimize run a stopped benchmark left in the family's folder, to go on from its last
-    committed step (its rollouts and learner replies are stored: nothing is paid twice). A resume repeats exactly
-    what was started, so the run's settings must be these."""
-    runs = [r for r in store.runs() if r["kind"] == "optimize"]
+    committed step (its rollouts and learner replies are stored: nothing is paid twice), the newest where a folder
+    holds more. Its settings must be these; the split files' paths may be written otherwise (the optimizer checks
+    their problems against the run's)."""
+    runs = [r for r in store.runs() if r["kind"] == "optimize"]  # newest first
     if not runs:
         return None
     run_id, stored = store.run_config(runs[0]["id"], "optimize", OptimizeConfig)
-    if stored.recorded() != config.recorded():
-        changed = sorted(k for k, v in config.recorded().items() if stored.recorded().get(k) != v)
-        raise ConfigError(f"{folder}: its run {run_id} was made with other settings ({', '.join(changed)}); "
-                          "resume with the arguments it was started with, or give another --out")
+    paths = ("dataset", "val_dataset")
+    same_settings({k: v for k, v in stored.recorded().items() if k not in paths},
+                  {k: v for k, v in config.recorded().items() if k not in paths}, f"{folder}: its run {run_id}")
     return run_id
 
 
@@ -157,8 +176,10 @@ class Clock:
 async def one_family(family: str, args: argparse.Namespace, out: Path) -> dict:
     folder = out / family
     if args.resume and (folder / "comparison.json").exists():
+        finished = json.loads((folder / "comparison.json").read_text(encoding="utf-8"))
+        same_settings(finished["settings"], settings(args), str(folder / "comparison.json"))
         print(f"{family}: finished before; its row is read from {folder / 'comparison.json'}", file=sys.stderr)
-        return row(json.loads((folder / "comparison.json").read_text(encoding="utf-8")))
+        return row(finished)
     folder.mkdir(parents=True, exist_ok=True)
     backend_config = BackendConfig(base_url=args.base_url, model=args.model, model_file=args.model_file,
                                    api_key=args.api_key)
@@ -173,6 +194,7 @@ async def one_family(family: str, args: argparse.Namespace, out: Path) -> dict:
     clock = Clock(folder / "clock.json", args.resume)
     try:
         level, calibration = await chosen_level(family, args, backend, folder, rollout.sampling())
+        clock.save()
         train, val, test, reward = splits(family, args, folder, level, calibration)
         config = OptimizeConfig(
             dataset=str(train), val_dataset=str(val), val_samples=args.val_samples, reward=reward, epochs=args.epochs,
@@ -211,7 +233,7 @@ async def one_family(family: str, args: argparse.Namespace, out: Path) -> dict:
     comparison.extra.update(family=family, level="default" if level is None else level,
                             probes=dataclasses.asdict(calibration) if calibration else None,
                             model=backend.model, learner=(learner or backend).model, learn_s=learn_s, cpu=cpu_label(),
-                            wall_s=clock(), resumed=clock.resumed, settings={k: str(v) for k, v in vars(args).items()},
+                            wall_s=clock(), resumed=clock.resumed, settings=settings(args),
                             library=[i.model_dump(mode="json") for i in result.library.items],
                             prune=prune_effect(comparison, prune))
     comparison.write(folder / "comparison.json")

@@ -265,8 +265,9 @@ def optimize(
                                                        "the learner answers it N times; a verified answer becomes "
                                                        "the worked example")] = 0,
     temperature: float = 0.7,
-    summarize: Annotated[bool, typer.Option(help="summarize each rollout first (the paper's design; off by default: "
-                                                 "on the 0.5B it cost 19% more learning tokens for the same gain)")] = False,
+    summarize: Annotated[bool, typer.Option(
+        help="summarize each rollout first (the paper's design; off by default: on the 0.5B it cost 19% more "
+             "learning tokens for the same gain)")] = False,
     hard_groups: Annotated[str, typer.Option(help="all-fail groups: skip | reference")] = "skip",
     resume: Annotated[Optional[str], typer.Option(help="continue a crashed or stopped run by id")] = None,
     problem_field: ProblemField = None,

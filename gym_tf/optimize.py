@@ -1,7 +1,8 @@
 """Training-Free GRPO, one step after another. Read `run_step` top to bottom: it is the whole algorithm.
 
     rollout -> reward -> worked examples from verified answers -> skip homogeneous groups -> summarize each rollout
-            -> group advantage per problem -> consolidate the batch -> apply ops -> validate -> record a new version
+            (with `summarize`, the paper's design; off by default) -> group advantage per problem
+            -> consolidate the batch -> apply ops -> validate -> record a new version
 
 and, after the last step of a gated run, `prune_step`: each item left out in turn on validation (its credit), the
 lessons that showed no help dropped, the result gated like any candidate (`gym_tf.credit`).

@@ -14,7 +14,8 @@ from gym_tf.errors import GymTFError  # noqa: E402
 from gym_tf.optimize import Optimizer, resume_config  # noqa: E402
 from gym_tf.store import RunStore  # noqa: E402
 
-CONFIG = OptimizeConfig(dataset="quickstart", limit=12, batch_size=4, group_size=4, epochs=2, seed=7)
+# summaries on (off by default), so a kill can land in every learner stage
+CONFIG = OptimizeConfig(dataset="quickstart", limit=12, batch_size=4, group_size=4, epochs=2, seed=7, summarize=True)
 # gated: validated on the quickstart set (2 samples, so validation calls are the n=2 ones), by a model that reads
 # its library, so the gate promotes some candidates and rejects others; it ends with the prune step
 GATED = CONFIG.model_copy(update={"val_dataset": "quickstart", "val_samples": 2, "prune": True})

@@ -42,16 +42,15 @@ def test_the_archive_of_runs_is_the_readmes_table_on_clean_splits(bench):
     assert all(r["cpu"] for r in rows)
 
 
-def test_the_plot_draws_every_run_once_and_stars_the_runs_made_under_an_earlier_rule_or_another_setting(bench, tmp_path):
+def test_the_plot_draws_every_run_once_and_stars_the_runs_of_an_earlier_rule_or_another_setting(bench, tmp_path):
     rows = json.loads(ARCHIVE.read_text(encoding="utf-8"))
     labels = bench.forest(rows, tmp_path / "effect.png")
     assert (tmp_path / "effect.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert len(labels) == len(rows)
-    assert [label for label in labels if label.endswith(" *")] == ["decimal_chain_sum 9, 0.5B, 2 epochs, no library 0.24 *",
-                                                                   "fraction_simplification 11, 0.5B, no library 0.10 *",
-                                                                   "letter_counting 5, 0.5B, no library 0.17 *",
-                                                                   "basic_arithmetic 13, 0.5B, no library 0.68 *",
-                                                                   "decimal_chain_sum 11, 0.5B, no library 0.25 *"]
+    assert [label for label in labels if label.endswith(" *")] == [
+        "decimal_chain_sum 9, 0.5B, 2 epochs, no library 0.24 *", "fraction_simplification 11, 0.5B, no library 0.10 *",
+        "letter_counting 5, 0.5B, no library 0.17 *", "basic_arithmetic 13, 0.5B, no library 0.68 *",
+        "decimal_chain_sum 11, 0.5B, no library 0.25 *"]
     assert {"decimal_arithmetic 31, 1.5B, no library 0.18", "decimal_arithmetic 31, 0.5B, no library 0.05",
             "decimal_arithmetic 31, 0.5B (learner 1.5B), no library 0.04"} < set(labels)
     assert {"simple_equations 21, 0.5B, 2 epochs, no library 0.15", "simple_equations 21, 0.5B, no library 0.15",
@@ -184,15 +183,19 @@ class CrashingBackend:
         pass
 
 
-def test_a_stopped_benchmark_resumes_where_it_stopped_and_ends_as_an_uninterrupted_one(bench, tmp_path, monkeypatch):
+@pytest.mark.parametrize("stop", ["learning", "testing"])
+def test_a_stopped_benchmark_resumes_where_it_stopped_and_ends_as_an_uninterrupted_one(bench, tmp_path, monkeypatch,
+                                                                                        stop):
     """`--resume`: the family's optimize run goes on from its last committed step (nothing stored is sampled
-    again), the row comes out as an uninterrupted run's, a finished family is read back without a call, and a
-    resume with other settings is refused by name."""
+    again), the row comes out as an uninterrupted run's, the wall time goes on from the stopped process's, a
+    finished family is read back without a call, and a resume with other settings is refused by name. Stopped in
+    its test split, the resume samples that split again and nothing else."""
     import asyncio
 
     from fakes import ScriptedBackend
     from gym_tf.datasets import load_dataset
     from gym_tf.errors import ConfigError
+    from gym_tf.store import RunStore
 
     gold = {p.problem: p.answer for p in load_dataset("quickstart")}
     backends = []
@@ -216,23 +219,39 @@ def test_a_stopped_benchmark_resumes_where_it_stopped_and_ends_as_an_uninterrupt
 
     crashed = ScriptedBackend(gold)
     with pytest.raises(ConnectionError):
-        run("stopped", CrashingBackend(crashed, crash_after=learning_calls // 2))
+        run("stopped", CrashingBackend(crashed, crash_after=learning_calls // 2 if stop == "learning"
+                                       else learning_calls + 5))
     with pytest.raises(ConfigError, match="epochs"):
         run("stopped", ScriptedBackend(gold), "--resume", "--epochs", "2")
+
+    folder = tmp_path / "stopped" / "quickstart"
+    stored = RunStore(folder / "ws")
+    # one request a group: its key without the sample number (a validation key's version stays: the prune step's
+    # groups differ in it)
+    stored_groups = {re.sub(r"/\d+(@|$)", r"\1", r["key"]) for r in stored.db["rollouts"].rows}
+    stored_learner_calls = stored.db["learner_calls"].count
+    assert stored_groups
+    (folder / "clock.json").write_text(json.dumps({"elapsed_s": 1000.0}))  # the stopped process's working time
 
     resumed = ScriptedBackend(gold)
     resumed_row = run("stopped", resumed, "--resume")
     without_wall = lambda r: {k: v for k, v in r.items() if k != "wall_min"}  # noqa: E731
     assert without_wall(resumed_row) == without_wall(clean_row)
-    # the resumed process paid for what the stopped one had not stored, and for the test split
-    assert test_calls < len(resumed.calls) < len(clean.calls)
-    assert len(resumed.calls) + len(crashed.calls) >= len(clean.calls)
-    comparison = json.loads((tmp_path / "stopped" / "quickstart" / "comparison.json").read_text())
-    assert comparison["resumed"] is True and comparison["wall_s"] > 0
+    # the resumed process paid for exactly what the stopped one had not stored, and for the test split
+    solves = lambda backend: sum(c["stage"] == "solve" for c in backend.calls)  # noqa: E731
+    assert solves(resumed) == solves(clean) - len(stored_groups)
+    assert len(resumed.calls) - solves(resumed) == len(clean.calls) - solves(clean) - stored_learner_calls
+    if stop == "testing":
+        assert len(resumed.calls) == test_calls
+    comparison = json.loads((folder / "comparison.json").read_text())
+    assert comparison["resumed"] is True and 1000 < comparison["wall_s"] < 1100
+    assert "api_key" not in comparison["settings"]
 
     done = ScriptedBackend(gold)
     assert run("stopped", CrashingBackend(done, crash_after=0), "--resume") == resumed_row
     assert done.calls == []
+    with pytest.raises(ConfigError, match=r"comparison.json was made with other settings \(k\)"):
+        run("stopped", ScriptedBackend(gold), "--resume", "-k", "4")
 
 
 def test_a_resumed_run_keeps_the_level_its_probes_chose(bench, tmp_path, monkeypatch):
@@ -241,6 +260,7 @@ def test_a_resumed_run_keeps_the_level_its_probes_chose(bench, tmp_path, monkeyp
     import asyncio
 
     from gym_tf import task_levels
+    from gym_tf.errors import ConfigError
 
     chosen = task_levels.Calibration(level=2, rates={0: 0.81, 1: 0.56, 2: 0.31}, tokens=17199, aim=task_levels.AIM,
                                      too_few=(4,))
@@ -257,3 +277,6 @@ def test_a_resumed_run_keeps_the_level_its_probes_chose(bench, tmp_path, monkeyp
     monkeypatch.setattr(bench, "pick_level", no_probe)
     resumed = bench.arguments().parse_args(["--families", "chain_sum", "--resume"])
     assert asyncio.run(bench.chosen_level("chain_sum", resumed, None, tmp_path, None)) == (2, chosen)
+    other_seed = bench.arguments().parse_args(["--families", "chain_sum", "--resume", "--seed", "4"])
+    with pytest.raises(ConfigError, match=r"level.json was made with other settings \(seed\)"):
+        asyncio.run(bench.chosen_level("chain_sum", other_seed, None, tmp_path, None))

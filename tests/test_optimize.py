@@ -28,8 +28,8 @@ from gym_tf.store import RunStore, learner_answer
 from gym_tf.studio import queries as studio_queries
 
 # the paper's design, summaries included (off by default): these tests cover every learner stage
-SMALL = OptimizeConfig(dataset="quickstart", limit=8, batch_size=4, group_size=4, epochs=2, seed=3, worked_examples=False,
-                       summarize=True)
+SMALL = OptimizeConfig(dataset="quickstart", limit=8, batch_size=4, group_size=4, epochs=2, seed=3,
+                       worked_examples=False, summarize=True)
 
 
 async def run(store, backend, config=SMALL, **kwargs):
