@@ -54,6 +54,7 @@ class Follower:
         try:
             # fetch blocks (IPFS calls, SQLite writes): a thread, with a connection of its own
             version, _ = await asyncio.to_thread(self._fetch, manifest)
+            self.store.promote(version.id)
         except (TransportError, StoreError) as exc:  # not reachable now, or the workspace busy or full: ask again
             self._problem(f"cannot fetch manifest {manifest}: {exc}")
             return None
@@ -61,7 +62,6 @@ class Follower:
             self.refused.add(manifest)
             self._problem(f"refused manifest {manifest}: {exc}")
             return None
-        self.store.promote(version.id)
         self.applied, self.last_problem = manifest, None
         logger.warning("following %s: now serving %s (manifest %s)", self.url, version.id, manifest)
         return version.id
@@ -79,6 +79,9 @@ class Follower:
                 await self.poll()
             except (httpx.HTTPError, ValueError) as exc:  # the primary away or odd: keep serving, ask again
                 self._problem(f"cannot read {self.url}: {exc.__class__.__name__}: {exc}")
+            except Exception as exc:  # noqa: BLE001 - anything else: a replica that stops asking would serve stale
+                logger.exception("following %s: one poll failed", self.url)  # versions for good, with no sign of it
+                self._problem(f"one poll failed: {exc.__class__.__name__}: {exc}")
             await asyncio.sleep(self.interval_s)
 
     def _problem(self, text: str) -> None:

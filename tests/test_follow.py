@@ -48,11 +48,15 @@ def test_a_replica_serves_what_the_primary_promotes_once_published_and_verified(
     publish(primary, v1.id, signer, node)
     primary.promote(v1.id)
 
+    # Each server has a workspace connection of its own, as `gym-tf serve` has: a store's connection is used by one
+    # thread at a time (gym_tf.store), and this test's writes and reads are another process's, in effect.
     process, upstream_url, record = start_fake(tmp_path)
-    primary_server = Running(create_app(Upstream(upstream_url), primary, ServerConfig(api_keys=["p"])))
+    primary_server = Running(create_app(Upstream(upstream_url), RunStore(primary.root), ServerConfig(api_keys=["p"])))
     replica_store = RunStore(tmp_path / "replica")
-    follower = Follower(replica_store, primary_server.url, node, signer.address, api_key="p", interval_s=0.1)
-    replica = Running(create_app(Upstream(upstream_url), replica_store, ServerConfig(api_keys=["r"]), follower=follower))
+    follower = Follower(RunStore(replica_store.root), primary_server.url, node, signer.address, api_key="p",
+                        interval_s=0.1)
+    replica = Running(create_app(Upstream(upstream_url), follower.store, ServerConfig(api_keys=["r"]),
+                                 follower=follower))
     client = openai.OpenAI(base_url=replica.url, api_key="r", max_retries=0)
     ask = [{"role": "user", "content": "units?"}]
     try:
@@ -69,7 +73,7 @@ def test_a_replica_serves_what_the_primary_promotes_once_published_and_verified(
         # published: it arrives, and the next request is answered with it
         start = time.monotonic()
         publish(primary, v2.id, signer, node)
-        assert wait_until(lambda: replica_store.served_version_id() == v2.id)
+        assert wait_until(lambda: replica_store.served_version_id() == v2.id), follower.last_problem
         arrived = time.monotonic() - start
         reply = client.chat.completions.with_raw_response.create(model="m", messages=ask)
         assert reply.headers["x-gym-tf-library-version"] == v2.id and arrived < 10
@@ -118,3 +122,56 @@ async def test_a_replica_whose_workspace_fails_during_a_fetch_asks_again_and_doe
     assert tries == ["bafy-manifest", "bafy-manifest"] and not follower.refused
     assert "cannot fetch manifest bafy-manifest" in follower.last_problem and "disk is full" in follower.last_problem
     await follower.aclose()
+
+
+async def test_a_replica_whose_workspace_fails_to_promote_asks_again_and_then_serves_it(tmp_path, node):
+    """Fetched and verified, but the promotion's write failed (workspace locked past the busy wait, disk full): the
+    next poll takes the manifest again and promotes it, rather than the follower stopping for good."""
+    import httpx
+
+    from gym_tf.errors import StoreError
+
+    store = RunStore(tmp_path / "replica")
+    version, _ = apply_ops(EMPTY_LIBRARY, [AddOp(op="add", text="Check units before answering.")], step=1)
+    primary = httpx.MockTransport(lambda request: httpx.Response(200, json={"version": version.id,
+                                                                            "manifest": "bafy-manifest"}))
+    follower = Follower(store, "http://primary/v1", node, Account.create().address, transport=primary)
+
+    def fetch(manifest):
+        store.put_version(version, run_id="", status="imported")
+        return version, {}
+
+    promote, failures = store.promote, ["database is locked"]
+
+    def promote_fails_once(version_id):
+        if failures:
+            raise StoreError(f"cannot write to the workspace {store.root} ({failures.pop()})")
+        promote(version_id)
+
+    follower._fetch, store.promote = fetch, promote_fails_once
+    assert await follower.poll() is None and store.served_version_id() is None
+    assert "database is locked" in follower.last_problem and not follower.refused
+    assert await follower.poll() == version.id and store.served_version_id() == version.id
+    assert follower.last_problem is None and follower.applied == "bafy-manifest"
+    await follower.aclose()
+
+
+async def test_a_poll_that_fails_unexpectedly_is_reported_and_the_follower_keeps_asking(tmp_path, node):
+    store = RunStore(tmp_path / "replica")
+    follower = Follower(store, "http://primary/v1", node, Account.create().address, interval_s=0.01)
+    polls = []
+
+    async def poll():
+        polls.append(time.monotonic())
+        if len(polls) == 1:
+            raise RuntimeError("a bug in one poll")
+
+    follower.poll = poll
+    task = asyncio.create_task(follower.run())
+    deadline = time.monotonic() + 10
+    while len(polls) < 3 and time.monotonic() < deadline:
+        await asyncio.sleep(0.01)
+    task.cancel()
+    await follower.aclose()
+    assert len(polls) >= 3, "the follower stopped asking after a failed poll"
+    assert follower.last_problem == "one poll failed: RuntimeError: a bug in one poll"
