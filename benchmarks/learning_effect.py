@@ -33,6 +33,8 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from gym_tf.backends import BackendConfig, make_backend  # noqa: E402
@@ -43,7 +45,7 @@ from gym_tf.datasets import load_dataset  # noqa: E402
 from gym_tf.errors import ConfigError, StoreError  # noqa: E402
 from gym_tf.evaluate import evaluate  # noqa: E402
 from gym_tf.library import LibraryVersion  # noqa: E402
-from gym_tf.metrics import paired_difference  # noqa: E402
+from gym_tf.metrics import bootstrap, paired_difference  # noqa: E402
 from gym_tf.optimize import Optimizer  # noqa: E402
 from gym_tf.store import RunStore  # noqa: E402
 from gym_tf import task_levels  # noqa: E402
@@ -401,6 +403,34 @@ def markdown(rows: list[dict]) -> str:
         f"{r['learning_tokens']:,} | {wall(r)} |\n" for r in rows)
 
 
+def across_families(rows: list[dict], policy: str = "0.5B") -> dict | None:
+    """What a family not yet run may expect: each family's latest row at the default settings (`policy` answering
+    and learning; a family named with a setting in brackets ran another), rows newest first as the archive keeps
+    them. The families that meet the target (the Mean@k gain's interval and the vote's above 0), those with the gain
+    alone, and the mean gain over families with a bootstrap 95% interval that resamples families: the spread of
+    gains between families, each one's own noise included, is what a new family meets."""
+    latest: dict[str, dict] = {}
+    for r in rows:
+        if " (" not in r["family"] and r["model"] == policy and r.get("learner", r["model"]) == policy:
+            latest.setdefault(r["family"], r)
+    if not latest:
+        return None
+    runs = list(latest.values())
+    over = lambda key: bootstrap(np.array([r[key][0] for r in runs]), resamples=10_000)  # noqa: E731
+    return {"policy": policy, "families": len(runs),
+            "both": sorted(r["family"] for r in runs if r["diff"][1] > 0 and r["majority_diff"][1] > 0),
+            "gain": sorted(r["family"] for r in runs if r["diff"][1] > 0),
+            "below": sorted(r["family"] for r in runs if r["diff"][0] < 0),
+            "mean_diff": over("diff"), "majority_diff": over("majority_diff")}
+
+
+def across_text(summary: dict) -> str:
+    return (f"Across {summary['families']} families, the latest {summary['policy']} row of each: "
+            f"{len(summary['both'])} meet both conditions, {len(summary['gain'])} gain beyond noise, "
+            f"{len(summary['below'])} below no library; mean Mean@k gain {summary['mean_diff']}, mean Maj@k gain "
+            f"{summary['majority_diff']} (95% intervals resampling families)\n")
+
+
 def same(r: dict) -> str:
     return f", the {r['same_as']} version: sampled once" if r.get("same_as") else ""
 
@@ -504,6 +534,9 @@ def main() -> None:
     if args.report:
         rows = [r for path in args.report for r in report_rows(json.loads(path.read_text(encoding="utf-8")))]
         print(markdown(rows), end="")
+        summary = across_families(rows)
+        if summary:
+            print("\n" + across_text(summary), end="")
         if args.plot:
             forest(rows, args.plot)
         return

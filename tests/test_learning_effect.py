@@ -42,6 +42,32 @@ def test_the_archive_of_runs_is_the_readmes_table_on_clean_splits(bench):
     assert all(r["cpu"] for r in rows)
 
 
+def test_across_families_takes_each_familys_latest_default_row_and_resamples_families(bench):
+    def run(family, diff, vote, model="0.5B", learner="0.5B"):
+        return {"family": family, "model": model, "learner": learner, "diff": diff, "majority_diff": vote}
+
+    rows = [run("a", (0.2, 0.1, 0.3), (0.2, 0.05, 0.35)),  # newest first: this row speaks for family a
+            run("b", (0.1, 0.02, 0.2), (0.1, -0.05, 0.25)),
+            run("c", (-0.1, -0.2, 0.0), (-0.1, -0.3, 0.1)),
+            run("a", (-0.5, -0.6, -0.4), (-0.5, -0.6, -0.4)),  # an older row of a: not counted
+            run("d (another setting)", (0.9, 0.8, 1.0), (0.9, 0.8, 1.0)),
+            run("e", (0.9, 0.8, 1.0), (0.9, 0.8, 1.0), model="1.5B", learner="1.5B"),
+            run("f", (0.9, 0.8, 1.0), (0.9, 0.8, 1.0), learner="1.5B")]
+    summary = bench.across_families(rows)
+    assert summary["families"] == 3
+    assert (summary["both"], summary["gain"], summary["below"]) == (["a"], ["a", "b"], ["c"])
+    mean = summary["mean_diff"]
+    assert mean.value == pytest.approx(0.2 / 3) and -0.1 - 1e-9 <= mean.low < mean.value < mean.high <= 0.2 + 1e-9
+    assert summary["majority_diff"].value == pytest.approx(0.2 / 3)
+    assert bench.across_families(rows, policy="1.5B")["gain"] == ["e"]
+    assert bench.across_families([rows[4]]) is None
+
+
+def test_the_readme_states_what_the_archive_says_across_families(bench):
+    summary = bench.across_families(json.loads(ARCHIVE.read_text(encoding="utf-8")))
+    assert bench.across_text(summary).strip() in (ROOT / "README.md").read_text(encoding="utf-8")
+
+
 def test_the_plot_draws_every_run_once_and_stars_the_runs_of_an_earlier_rule_or_another_setting(bench, tmp_path):
     rows = json.loads(ARCHIVE.read_text(encoding="utf-8"))
     labels = bench.forest(rows, tmp_path / "effect.png")
