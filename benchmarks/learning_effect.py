@@ -404,14 +404,17 @@ def markdown(rows: list[dict]) -> str:
 
 
 def across_families(rows: list[dict], policy: str = "0.5B") -> dict | None:
-    """What a family not yet run may expect: each family's latest row at the default settings (`policy` answering
-    and learning; a family named with a setting in brackets ran another), rows newest first as the archive keeps
-    them. The families that meet the target (the Mean@k gain's interval and the vote's above 0), those with the gain
-    alone, and the mean gain over families with a bootstrap 95% interval that resamples families: the spread of
-    gains between families, each one's own noise included, is what a new family meets."""
+    """The families run, taken together: each family's first row in `rows` (the archive keeps them newest first) that
+    ran the benchmark's defaults (`policy` answering and learning, the default epochs, test split and k; a family
+    named with a setting in brackets ran another). The families that meet the target (the Mean@k gain's interval and
+    the vote's above 0), those with the gain alone, those below no library, those that kept no item; and the mean
+    gain over these families with a percentile bootstrap 95% interval that resamples families. That interval is for
+    the average over the families run, not a prediction for one new family: `spread` gives the families' range."""
+    defaults = arguments().parse_args([])
     latest: dict[str, dict] = {}
     for r in rows:
-        if " (" not in r["family"] and r["model"] == policy and r.get("learner", r["model"]) == policy:
+        if (" (" not in r["family"] and r["model"] == policy and r.get("learner", r["model"]) == policy
+                and r.get("epochs", 1) == defaults.epochs and r["test"] == defaults.test and r["k"] == defaults.k):
             latest.setdefault(r["family"], r)
     if not latest:
         return None
@@ -421,14 +424,18 @@ def across_families(rows: list[dict], policy: str = "0.5B") -> dict | None:
             "both": sorted(r["family"] for r in runs if r["diff"][1] > 0 and r["majority_diff"][1] > 0),
             "gain": sorted(r["family"] for r in runs if r["diff"][1] > 0),
             "below": sorted(r["family"] for r in runs if r["diff"][0] < 0),
+            "empty": sorted(r["family"] for r in runs if r["items"] == 0),
+            "spread": (min(r["diff"][0] for r in runs), max(r["diff"][0] for r in runs)),
             "mean_diff": over("diff"), "majority_diff": over("majority_diff")}
 
 
 def across_text(summary: dict) -> str:
-    return (f"Across {summary['families']} families, the latest {summary['policy']} row of each: "
+    low, high = summary["spread"]
+    return (f"Across {summary['families']} families, the latest {summary['policy']} row of each at the defaults: "
             f"{len(summary['both'])} meet both conditions, {len(summary['gain'])} gain beyond noise, "
-            f"{len(summary['below'])} below no library; mean Mean@k gain {summary['mean_diff']}, mean Maj@k gain "
-            f"{summary['majority_diff']} (95% intervals resampling families)\n")
+            f"{len(summary['below'])} below no library, {len(summary['empty'])} kept no item; gains {low:+.3f} to "
+            f"{high:+.3f}, their mean {summary['mean_diff']}, the votes' mean {summary['majority_diff']} "
+            f"(95% intervals of the mean over these families, resampling families)\n")
 
 
 def same(r: dict) -> str:

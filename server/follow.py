@@ -80,8 +80,10 @@ class Follower:
             except (httpx.HTTPError, ValueError) as exc:  # the primary away or odd: keep serving, ask again
                 self._problem(f"cannot read {self.url}: {exc.__class__.__name__}: {exc}")
             except Exception as exc:  # noqa: BLE001 - anything else: a replica that stops asking would serve stale
-                logger.exception("following %s: one poll failed", self.url)  # versions for good, with no sign of it
-                self._problem(f"one poll failed: {exc.__class__.__name__}: {exc}")
+                problem = f"one poll failed: {exc.__class__.__name__}: {exc}"  # versions for good, with no sign
+                if problem != self.last_problem:  # the traceback once, not every interval while it lasts
+                    logger.exception("following %s: %s", self.url, problem)
+                self.last_problem = problem
             await asyncio.sleep(self.interval_s)
 
     def _problem(self, text: str) -> None:

@@ -7,6 +7,7 @@ one) standing in for the IPFS network, the official openai client against the re
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 
 import openai
@@ -172,6 +173,8 @@ async def test_a_poll_that_fails_unexpectedly_is_reported_and_the_follower_keeps
     while len(polls) < 3 and time.monotonic() < deadline:
         await asyncio.sleep(0.01)
     task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
     await follower.aclose()
     assert len(polls) >= 3, "the follower stopped asking after a failed poll"
     assert follower.last_problem == "one poll failed: RuntimeError: a bug in one poll"

@@ -42,25 +42,32 @@ def test_the_archive_of_runs_is_the_readmes_table_on_clean_splits(bench):
     assert all(r["cpu"] for r in rows)
 
 
-def test_across_families_takes_each_familys_latest_default_row_and_resamples_families(bench):
-    def run(family, diff, vote, model="0.5B", learner="0.5B"):
-        return {"family": family, "model": model, "learner": learner, "diff": diff, "majority_diff": vote}
+def test_across_families_takes_each_familys_latest_row_at_the_defaults_and_resamples_families(bench):
+    def run(family, diff, vote, model="0.5B", learner="0.5B", items=3, **settings):
+        return {"family": family, "model": model, "learner": learner, "diff": diff, "majority_diff": vote,
+                "items": items, "epochs": 2, "test": 24, "k": 4} | settings
 
     rows = [run("a", (0.2, 0.1, 0.3), (0.2, 0.05, 0.35)),  # newest first: this row speaks for family a
             run("b", (0.1, 0.02, 0.2), (0.1, -0.05, 0.25)),
             run("c", (-0.1, -0.2, 0.0), (-0.1, -0.3, 0.1)),
+            run("g", (0.0, 0.0, 0.0), (0.0, 0.0, 0.0), items=0),
             run("a", (-0.5, -0.6, -0.4), (-0.5, -0.6, -0.4)),  # an older row of a: not counted
+            run("b", (0.9, 0.8, 1.0), (0.9, 0.8, 1.0), test=48),  # other settings: not counted
+            run("c", (0.9, 0.8, 1.0), (0.9, 0.8, 1.0), epochs=1),
+            run("c", (0.9, 0.8, 1.0), (0.9, 0.8, 1.0), k=8),
             run("d (another setting)", (0.9, 0.8, 1.0), (0.9, 0.8, 1.0)),
             run("e", (0.9, 0.8, 1.0), (0.9, 0.8, 1.0), model="1.5B", learner="1.5B"),
             run("f", (0.9, 0.8, 1.0), (0.9, 0.8, 1.0), learner="1.5B")]
     summary = bench.across_families(rows)
-    assert summary["families"] == 3
-    assert (summary["both"], summary["gain"], summary["below"]) == (["a"], ["a", "b"], ["c"])
+    assert summary["families"] == 4
+    assert (summary["both"], summary["gain"], summary["below"], summary["empty"]) == (["a"], ["a", "b"], ["c"], ["g"])
+    assert summary["spread"] == (-0.1, 0.2)
     mean = summary["mean_diff"]
-    assert mean.value == pytest.approx(0.2 / 3) and -0.1 - 1e-9 <= mean.low < mean.value < mean.high <= 0.2 + 1e-9
-    assert summary["majority_diff"].value == pytest.approx(0.2 / 3)
+    assert mean.value == pytest.approx(0.05) and -0.1 - 1e-9 <= mean.low < mean.value < mean.high <= 0.2 + 1e-9
+    assert summary["majority_diff"].value == pytest.approx(0.05)
     assert bench.across_families(rows, policy="1.5B")["gain"] == ["e"]
-    assert bench.across_families([rows[4]]) is None
+    assert bench.across_families(rows[5:]) is None
+    assert "4 families" in bench.across_text(summary) and "1 kept no item; gains -0.100 to +0.200" in bench.across_text(summary)
 
 
 def test_the_readme_states_what_the_archive_says_across_families(bench):
