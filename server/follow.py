@@ -80,15 +80,13 @@ class Follower:
             except (httpx.HTTPError, ValueError) as exc:  # the primary away or odd: keep serving, ask again
                 self._problem(f"cannot read {self.url}: {exc.__class__.__name__}: {exc}")
             except Exception as exc:  # noqa: BLE001 - anything else: a replica that stops asking would serve stale
-                problem = f"one poll failed: {exc.__class__.__name__}: {exc}"  # versions for good, with no sign
-                if problem != self.last_problem:  # the traceback once, not every interval while it lasts
-                    logger.exception("following %s: %s", self.url, problem)
-                self.last_problem = problem
+                # versions for good, with no sign; the traceback is logged once, not every interval while it lasts
+                self._problem(f"one poll failed: {exc.__class__.__name__}: {exc}", exc_info=True)
             await asyncio.sleep(self.interval_s)
 
-    def _problem(self, text: str) -> None:
+    def _problem(self, text: str, exc_info: bool = False) -> None:
         if text != self.last_problem:
-            logger.warning("following: %s", text)
+            logger.warning("following: %s", text, exc_info=exc_info)
         self.last_problem = text
 
     async def aclose(self) -> None:
