@@ -62,23 +62,21 @@ AIMS = {"band": task_levels.AIM, "half": task_levels.FIRST_AIM}
 def splits(family: str, args: argparse.Namespace, folder: Path, level: int | None,
            calibration: task_levels.Calibration | None = None) -> tuple[Path, Path, Path, str]:
     """Train, validation and test files, disjoint by problem text and from the problems `calibration` probed."""
+    paths = [folder / f"{name}.jsonl" for name in ("train", "val", "test")]
     if family == "quickstart":  # the bundled 40: disjoint slices of one hand-written set
         rows = [{"id": p.id, "problem": p.problem, "answer": p.answer} for p in load_dataset("quickstart")]
         cut = [0, 16, 24, len(rows)]
-        paths = []
-        for name, (a, b) in zip(("train", "val", "test"), zip(cut, cut[1:])):
-            path = folder / f"{name}.jsonl"
-            path.write_text("".join(json.dumps(r) + "\n" for r in rows[a:b]), encoding="utf-8")
-            paths.append(path)
+        for path, (a, b) in zip(paths, zip(cut, cut[1:])):
+            task_levels.write_rows(rows[a:b], path)
         return *paths, "math"
+    if args.resume and all(path.exists() for path in paths):  # what the stopped run started on, never drawn again
+        return *paths, task_levels.REWARD
     probed = frozenset(p.problem for level in (calibration.rates if calibration else ())
                        for p in load_dataset(str(folder / f"probe-level{level}.jsonl")))
     drawn = task_levels.split(family, {"train": args.train, "val": args.val, "test": args.test},
                               SPLIT_SEED * args.seed, level, avoid=probed)
-    paths = []
-    for name, problems in drawn.items():
-        task_levels.write_rows(problems, folder / f"{name}.jsonl")
-        paths.append(folder / f"{name}.jsonl")
+    for problems, path in zip(drawn.values(), paths):
+        task_levels.write_rows(problems, path)
     return *paths, task_levels.REWARD
 
 

@@ -24,6 +24,9 @@ splits (seeds s, s+1, s+2) shared 14 of 24 test problems and all 6 validation pr
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
@@ -75,7 +78,29 @@ def level_config(family: str, level: int) -> dict[str, Any]:
 
 
 def rows(family: str, size: int, seed: int, level: int | None = None) -> list[dict[str, str]]:
-    """`size` problems of `family` (its default settings when `level` is None), with what its grader needs."""
+    """`size` problems of `family` (its default settings when `level` is None), with what its grader needs.
+
+    Made with Python's string hashing fixed (PYTHONHASHSEED=0), in a child process when this one hashes at random:
+    some generators draw from sets, whose order follows the process's hash seed (isomorphic_strings picks
+    `rng.choice(list(letters - used))`), so one seed made other problems in every process, and a benchmark resumed
+    with `--resume` found its training set changed."""
+    if not sys.flags.hash_randomization:
+        return _generated(family, size, seed, level)
+    package_root = str(Path(__file__).resolve().parents[1])
+    env = {**os.environ, "PYTHONHASHSEED": "0",
+           "PYTHONPATH": os.pathsep.join(filter(None, [package_root, os.environ.get("PYTHONPATH")]))}
+    child = subprocess.run([sys.executable, "-c", _CHILD, json.dumps([family, size, seed, level])],
+                           capture_output=True, text=True, env=env)
+    if child.returncode:
+        raise ConfigError(f"generating {family}: {(child.stderr.strip().splitlines() or ['no message'])[-1]}")
+    return json.loads(child.stdout)
+
+
+_CHILD = ("import json, sys; from gym_tf.task_levels import _generated; "
+          "json.dump(_generated(*json.loads(sys.argv[1])), sys.stdout)")
+
+
+def _generated(family: str, size: int, seed: int, level: int | None) -> list[dict[str, str]]:
     import reasoning_gym
 
     settings = level_config(family, level) if level is not None else {}

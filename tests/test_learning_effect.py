@@ -287,6 +287,29 @@ def test_a_stopped_benchmark_resumes_where_it_stopped_and_ends_as_an_uninterrupt
         run("stopped", ScriptedBackend(gold), "--resume", "-k", "4")
 
 
+def test_a_resumed_run_tests_the_splits_it_started_on_and_a_new_run_draws_them(bench, tmp_path, monkeypatch):
+    """A resume read the splits again from the generator and overwrote the stopped run's files; where the generator
+    made other problems in the new process (isomorphic_strings did), the run's own training set was lost and the
+    resume refused. The files a run started on are kept."""
+    from gym_tf import task_levels
+
+    started = {name: [{"id": f"{name}-0", "problem": f"started {name}", "answer": "1"}] for name in ("train", "val", "test")}
+    for name, rows in started.items():
+        task_levels.write_rows(rows, tmp_path / f"{name}.jsonl")
+    drawn = {name: [{"id": f"{name}-0", "problem": f"drawn {name}", "answer": "2"}] for name in ("train", "val", "test")}
+    monkeypatch.setattr(task_levels, "split", lambda *_, **__: drawn)
+    read = lambda paths: [json.loads(path.read_text())["problem"] for path in paths]  # noqa: E731
+
+    resumed = bench.arguments().parse_args(["--families", "chain_sum", "--resume"])
+    *paths, reward = bench.splits("chain_sum", resumed, tmp_path, 0)
+    assert read(paths) == ["started train", "started val", "started test"] and reward == task_levels.REWARD
+    (tmp_path / "test.jsonl").unlink()  # stopped before its splits were all written: drawn again, as a new run
+    assert read(bench.splits("chain_sum", resumed, tmp_path, 0)[:3]) == ["drawn train", "drawn val", "drawn test"]
+    task_levels.write_rows(started["train"], tmp_path / "train.jsonl")
+    new_run = bench.arguments().parse_args(["--families", "chain_sum"])
+    assert read(bench.splits("chain_sum", new_run, tmp_path, 0)[:3]) == ["drawn train", "drawn val", "drawn test"]
+
+
 def test_a_resumed_run_keeps_the_level_its_probes_chose(bench, tmp_path, monkeypatch):
     """The probes of one level can read 0.41 in one run and 0.66 in the next: a resume must not probe again, or it
     could draw other splits than the run it continues."""

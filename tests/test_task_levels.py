@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
 import re
+import subprocess
+import sys
 
 import pytest
 
@@ -142,6 +145,21 @@ def test_neighbouring_generator_seeds_share_problems_so_splits_come_from_one_str
     # (the benchmark's first splits shared 14 of 24 test problems with the training set this way)
     shifted = task_levels.rows("decimal_chain_sum", 5, 1001, 0)
     assert [r["problem"] for r in task_levels.rows("decimal_chain_sum", 6, 1000, 0)[1:]] == [r["problem"] for r in shifted]
+
+
+def test_a_seed_makes_the_same_problems_in_every_process():
+    """isomorphic_strings draws letters from a set, whose order follows the process's string hash seed: seed 45 made
+    other problems in every process, so a benchmark's splits could not be drawn again and its resume refused them."""
+    from gym_tf.errors import ConfigError
+
+    here = task_levels.rows("isomorphic_strings", 6, 45, 0)
+    code = "import json, sys; from gym_tf import task_levels; json.dump(task_levels.rows('isomorphic_strings', 6, 45, 0), sys.stdout)"
+    for hash_seed in ("1", "2"):
+        child = subprocess.run([sys.executable, "-c", code], env={**os.environ, "PYTHONHASHSEED": hash_seed},
+                               capture_output=True, text=True, check=True)
+        assert json.loads(child.stdout) == here
+    with pytest.raises(ConfigError, match="generating no_such_family: .*not registered"):
+        task_levels.rows("no_such_family", 2, 45)
 
 
 @pytest.mark.parametrize("family, level", [("decimal_chain_sum", 0), ("basic_arithmetic", 0), ("chain_sum", None)])
