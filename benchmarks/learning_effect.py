@@ -59,10 +59,14 @@ SCREEN_PROBLEMS = 8
 AIMS = {"band": task_levels.AIM, "half": task_levels.FIRST_AIM}
 
 
+def split_files(folder: Path) -> list[Path]:
+    return [folder / f"{name}.jsonl" for name in ("train", "val", "test")]
+
+
 def splits(family: str, args: argparse.Namespace, folder: Path, level: int | None,
            calibration: task_levels.Calibration | None = None) -> tuple[Path, Path, Path, str]:
     """Train, validation and test files, disjoint by problem text and from the problems `calibration` probed."""
-    paths = [folder / f"{name}.jsonl" for name in ("train", "val", "test")]
+    paths = split_files(folder)
     if family == "quickstart":  # the bundled 40: disjoint slices of one hand-written set
         rows = [{"id": p.id, "problem": p.problem, "answer": p.answer} for p in load_dataset("quickstart")]
         cut = [0, 16, 24, len(rows)]
@@ -132,6 +136,8 @@ async def chosen_level(family: str, args: argparse.Namespace, backend, folder: P
             level=found["level"], rates={int(k): v for k, v in found["rates"].items()}, tokens=found["tokens"],
             aim=task_levels.Aim(**found["aim"]), too_few=tuple(found["too_few"])) if found else None
         return kept["level"], calibration
+    for stale in split_files(folder):  # a folder used before: its splits are not this run's, even if it stops here
+        stale.unlink(missing_ok=True)
     level, calibration = await pick_level(family, args, backend, folder, sampling)
     path.write_text(json.dumps({"settings": settings(args), "level": level,
                                 "calibration": dataclasses.asdict(calibration) if calibration else None}),

@@ -77,6 +77,10 @@ def level_config(family: str, level: int) -> dict[str, Any]:
     return {k: v for k, v in config.items() if k not in ("seed", "size")}
 
 
+class GenerationError(RuntimeError):
+    """reasoning-gym could not make a family's problems (an unknown family, a generator that failed)."""
+
+
 def rows(family: str, size: int, seed: int, level: int | None = None) -> list[dict[str, str]]:
     """`size` problems of `family` (its default settings when `level` is None), with what its grader needs.
 
@@ -84,29 +88,49 @@ def rows(family: str, size: int, seed: int, level: int | None = None) -> list[di
     some generators draw from sets, whose order follows the process's hash seed (isomorphic_strings picks
     `rng.choice(list(letters - used))`), so one seed made other problems in every process, and a benchmark resumed
     with `--resume` found its training set changed."""
-    if not sys.flags.hash_randomization:
-        return _generated(family, size, seed, level)
-    package_root = str(Path(__file__).resolve().parents[1])
-    env = {**os.environ, "PYTHONHASHSEED": "0",
-           "PYTHONPATH": os.pathsep.join(filter(None, [package_root, os.environ.get("PYTHONPATH")]))}
-    child = subprocess.run([sys.executable, "-c", _CHILD, json.dumps([family, size, seed, level])],
-                           capture_output=True, text=True, env=env)
-    if child.returncode:
-        raise ConfigError(f"generating {family}: {(child.stderr.strip().splitlines() or ['no message'])[-1]}")
-    return json.loads(child.stdout)
+    made = _in_child(family, size, seed, level) if sys.flags.hash_randomization else _made(family, size, seed, level)
+    return [{"id": f"{family}-{seed}-{i}", "problem": problem, "answer": answer, "rg_task": family, "rg_entry": entry}
+            for i, (problem, answer, entry) in enumerate(made)]
 
 
-_CHILD = ("import json, sys; from gym_tf.task_levels import _generated; "
-          "json.dump(_generated(*json.loads(sys.argv[1])), sys.stdout)")
-
-
-def _generated(family: str, size: int, seed: int, level: int | None) -> list[dict[str, str]]:
+def _made(family: str, size: int, seed: int, level: int | None) -> list[list[str]]:
+    """Each problem's question, answer and entry (what the grader reads), as text."""
     import reasoning_gym
 
-    settings = level_config(family, level) if level is not None else {}
-    return [{"id": f"{family}-{seed}-{i}", "problem": e["question"], "answer": str(e["answer"]), "rg_task": family,
-             "rg_entry": json.dumps(e, default=str)}
-            for i, e in enumerate(reasoning_gym.create_dataset(family, size=size, seed=seed, **settings))]
+    try:
+        settings = level_config(family, level) if level is not None else {}
+        return [[e["question"], str(e["answer"]), json.dumps(e, default=str)]
+                for e in reasoning_gym.create_dataset(family, size=size, seed=seed, **settings)]
+    except Exception as error:
+        raise GenerationError(f"reasoning-gym could not make {family} problems: {type(error).__name__}: "
+                              f"{error}") from error
+
+
+# The child's stdout is its reply: what a generator prints (codeio does) goes to stderr. -P: the gym_tf of PYTHONPATH,
+# not one in the working directory.
+_CHILD = """
+import json, sys
+from gym_tf.task_levels import GenerationError, _made
+reply, sys.stdout = sys.stdout, sys.stderr
+try:
+    json.dump(_made(*json.loads(sys.argv[1])), reply)
+except GenerationError as error:
+    sys.exit(str(error))
+"""
+
+
+def _in_child(family: str, size: int, seed: int, level: int | None) -> list[list[str]]:
+    package_root = str(Path(__file__).resolve().parents[1])
+    env = {**os.environ, "PYTHONHASHSEED": "0", "PYTHONIOENCODING": "utf-8",
+           "PYTHONPATH": os.pathsep.join(filter(None, [package_root, os.environ.get("PYTHONPATH")]))}
+    child = subprocess.run([sys.executable, "-P", "-c", _CHILD, json.dumps([family, size, seed, level])],
+                           capture_output=True, text=True, encoding="utf-8", errors="replace", env=env)
+    sys.stderr.write(child.stderr)
+    if child.returncode:
+        last = (child.stderr.strip().splitlines() or [f"exit status {child.returncode}"])[-1]
+        raise GenerationError(last if last.startswith("reasoning-gym could not") else
+                              f"reasoning-gym could not make {family} problems in a child process: {last}")
+    return json.loads(child.stdout)
 
 
 def write(family: str, size: int, seed: int, path: Path, level: int | None = None) -> None:

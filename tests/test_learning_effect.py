@@ -290,7 +290,9 @@ def test_a_stopped_benchmark_resumes_where_it_stopped_and_ends_as_an_uninterrupt
 def test_a_resumed_run_tests_the_splits_it_started_on_and_a_new_run_draws_them(bench, tmp_path, monkeypatch):
     """A resume read the splits again from the generator and overwrote the stopped run's files; where the generator
     made other problems in the new process (isomorphic_strings did), the run's own training set was lost and the
-    resume refused. The files a run started on are kept."""
+    resume refused. The files a run started on are kept, and a new run in the folder removes them first."""
+    import asyncio
+
     from gym_tf import task_levels
 
     started = {name: [{"id": f"{name}-0", "problem": f"started {name}", "answer": "1"}] for name in ("train", "val", "test")}
@@ -308,6 +310,14 @@ def test_a_resumed_run_tests_the_splits_it_started_on_and_a_new_run_draws_them(b
     task_levels.write_rows(started["train"], tmp_path / "train.jsonl")
     new_run = bench.arguments().parse_args(["--families", "chain_sum"])
     assert read(bench.splits("chain_sum", new_run, tmp_path, 0)[:3]) == ["drawn train", "drawn val", "drawn test"]
+
+    async def stopped_while_probing(*_):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(bench, "pick_level", stopped_while_probing)
+    with pytest.raises(KeyboardInterrupt):  # a new run in this folder, stopped before its own splits were drawn
+        asyncio.run(bench.chosen_level("chain_sum", new_run, None, tmp_path, None))
+    assert not any(path.exists() for path in bench.split_files(tmp_path))  # so no resume can test the old ones
 
 
 def test_a_resumed_run_keeps_the_level_its_probes_chose(bench, tmp_path, monkeypatch):

@@ -147,19 +147,39 @@ def test_neighbouring_generator_seeds_share_problems_so_splits_come_from_one_str
     assert [r["problem"] for r in task_levels.rows("decimal_chain_sum", 6, 1000, 0)[1:]] == [r["problem"] for r in shifted]
 
 
-def test_a_seed_makes_the_same_problems_in_every_process():
+def test_a_seed_makes_the_same_problems_in_every_process(tmp_path, monkeypatch, capfd):
     """isomorphic_strings draws letters from a set, whose order follows the process's string hash seed: seed 45 made
-    other problems in every process, so a benchmark's splits could not be drawn again and its resume refused them."""
-    from gym_tf.errors import ConfigError
-
+    other problems in every process, so a benchmark's splits could not be drawn again and its resume refused them.
+    Hash seed 0 generates in the process itself; any other in a child, whose reply a generator's prints (codeio's,
+    rectangle_count's) must not garble."""
     here = task_levels.rows("isomorphic_strings", 6, 45, 0)
-    code = "import json, sys; from gym_tf import task_levels; json.dump(task_levels.rows('isomorphic_strings', 6, 45, 0), sys.stdout)"
-    for hash_seed in ("1", "2"):
+    code = "import json, sys; from gym_tf import task_levels; print(json.dumps(task_levels.rows('isomorphic_strings', 6, 45, 0)))"
+    for hash_seed in ("0", "1", "2"):
         child = subprocess.run([sys.executable, "-c", code], env={**os.environ, "PYTHONHASHSEED": hash_seed},
                                capture_output=True, text=True, check=True)
         assert json.loads(child.stdout) == here
-    with pytest.raises(ConfigError, match="generating no_such_family: .*not registered"):
-        task_levels.rows("no_such_family", 2, 45)
+    (tmp_path / "sitecustomize.py").write_text(  # a generator that prints, as rectangle_count does
+        "import reasoning_gym\n"
+        "made = reasoning_gym.create_dataset\n"
+        "def create_dataset(*args, **kwargs):\n"
+        "    print('Only placed 3 rectangles after 100000 attempts.')\n"
+        "    return made(*args, **kwargs)\n"
+        "reasoning_gym.create_dataset = create_dataset\n")
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path))
+    capfd.readouterr()
+    assert task_levels.rows("isomorphic_strings", 6, 45, 0) == here
+    assert "Only placed 3 rectangles" in capfd.readouterr().err
+
+
+def test_a_generator_that_fails_is_an_error_of_its_own_not_too_few_problems():
+    """`has_problems` passes over a level on ConfigError (too few distinct problems): a failure to generate must not
+    read as that, in the process or in a child."""
+    with pytest.raises(task_levels.GenerationError, match="could not make no_such_family problems: ValueError: .*registered"):
+        task_levels.has_problems("no_such_family", 0, 10, 45)
+    code = "from gym_tf import task_levels; task_levels.rows('no_such_family', 2, 45)"
+    child = subprocess.run([sys.executable, "-c", code], env={**os.environ, "PYTHONHASHSEED": "0"},
+                           capture_output=True, text=True)
+    assert child.returncode == 1 and "GenerationError: reasoning-gym could not make no_such_family" in child.stderr
 
 
 @pytest.mark.parametrize("family, level", [("decimal_chain_sum", 0), ("basic_arithmetic", 0), ("chain_sum", None)])
