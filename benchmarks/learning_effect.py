@@ -324,6 +324,9 @@ def row(c: dict) -> dict:
             "learned_majority": learned["metrics"]["majority"]["value"],
             "majority_diff": interval(learned["majority_vs_baseline"]),
             "mean_minus_none_majority": interval(learned["mean_vs_baseline_majority"]),
+            # the most common test answer given to every problem (recorded since 2026-11-27; None before)
+            "constant": c.get("constant_answer"),
+            "mean_minus_constant": learned.get("mean_vs_constant") and interval(learned["mean_vs_constant"]),
             "extra_prompt_tokens": c["extra_prompt_tokens_per_call"][learned["name"]], "prune": c.get("prune"),
             "learning_tokens": learned["tokens"]["learning"], "wall_min": c["wall_s"] / 60, "cpu": c.get("cpu")}
 
@@ -397,14 +400,23 @@ def forest(rows: list[dict], path: Path) -> list[str]:
 def markdown(rows: list[dict]) -> str:
     ci = lambda e: f"{e[0]:+.3f} [{e[1]:+.3f}, {e[2]:+.3f}]"  # noqa: E731
     head = ("| family | seed | level | policy | learner | test x k | none Mean@k | learned Mean@k | Mean@k diff [95% CI] | none Maj@k | learned Maj@k | "
-            "Maj@k diff [95% CI] | learned Mean@k - none Maj@k | items (lessons) | pruned: dropped, test effect | "
-            "extra prompt tok/call | learning tokens | wall |\n" + "|---" * 18 + "|\n")
+            "Maj@k diff [95% CI] | learned Mean@k - none Maj@k | learned Mean@k - the most common answer always | "
+            "items (lessons) | pruned: dropped, test effect | extra prompt tok/call | learning tokens | wall |\n"
+            + "|---" * 19 + "|\n")
     return head + "".join(
         f"| {r['family']} | {r['seed']} | {r['level']} | {r['model']} | {r['learner']} | {r['test']} x {r['k']} | {r['none_mean']:.3f} | {r['learned_mean']:.3f} | {ci(r['diff'])} | "
         f"{r['none_majority']:.3f} | {r['learned_majority']:.3f} | {ci(r['majority_diff'])} | "
-        f"{ci(r['mean_minus_none_majority'])} | {r['items']} ({r['lessons']}){same(r)} | {pruned(r)} | "
+        f"{ci(r['mean_minus_none_majority'])} | {constant(r, ci)} | {r['items']} ({r['lessons']}){same(r)} | {pruned(r)} | "
         f"{r['extra_prompt_tokens']:+.0f} | "
         f"{r['learning_tokens']:,} | {wall(r)} |\n" for r in rows)
+
+
+def constant(r: dict, ci) -> str:
+    """The learned arm against the most common test answer given to every problem: what it scores, and the paired
+    difference ("not recorded" for runs before 2026-11-27)."""
+    if not r.get("constant"):
+        return "not recorded"
+    return f"{ci(r['mean_minus_constant'])} ({r['constant']['answer'][:20].replace('|', '/')!r} always: {r['constant']['mean']:.3f})"
 
 
 def across_families(rows: list[dict], policy: str = "0.5B") -> dict | None:
@@ -423,9 +435,15 @@ def across_families(rows: list[dict], policy: str = "0.5B") -> dict | None:
     if not latest:
         return None
     runs = list(latest.values())
-    over = lambda key: bootstrap(np.array([r[key][0] for r in runs]), resamples=10_000)  # noqa: E731
+    over = lambda key, among=runs: bootstrap(np.array([r[key][0] for r in among]), resamples=10_000)  # noqa: E731
+    constant = sorted(r["family"] for r in runs if r["diff"][1] > 0 and r["majority_diff"][1] > 0
+                      and r.get("mean_minus_constant") and r["mean_minus_constant"][1] <= 0)
     return {"policy": policy, "families": len(runs),
             "both": sorted(r["family"] for r in runs if r["diff"][1] > 0 and r["majority_diff"][1] > 0),
+            # of those, where the most common answer given to every problem does as well (within noise)
+            "constant": constant,
+            "mean_diff_without_constant": over("diff", [r for r in runs if r["family"] not in constant])
+            if constant else None,
             "gain": sorted(r["family"] for r in runs if r["diff"][1] > 0),
             "below": sorted(r["family"] for r in runs if r["diff"][0] < 0),
             "empty": sorted(r["family"] for r in runs if r["items"] == 0),
@@ -436,10 +454,18 @@ def across_families(rows: list[dict], policy: str = "0.5B") -> dict | None:
 def across_text(summary: dict) -> str:
     low, high = summary["spread"]
     return (f"Across {summary['families']} families, the latest {summary['policy']} row of each at the defaults: "
-            f"{len(summary['both'])} meet both conditions, {len(summary['gain'])} gain beyond noise, "
+            f"{len(summary['both'])} meet both conditions{constant_caveat(summary)}, {len(summary['gain'])} gain beyond noise, "
             f"{len(summary['below'])} below no library, {len(summary['empty'])} kept no item; gains {low:+.3f} to "
-            f"{high:+.3f}, their mean {summary['mean_diff']}, the votes' mean {summary['majority_diff']} "
+            f"{high:+.3f}, their mean {summary['mean_diff']}"
+            + (f" ({summary['mean_diff_without_constant']} without {', '.join(summary['constant'])})"
+               if summary.get("mean_diff_without_constant") else "")
+            + f", the votes' mean {summary['majority_diff']} "
             f"(95% intervals of the mean over these families, resampling families)\n")
+
+
+def constant_caveat(summary: dict) -> str:
+    found = summary.get("constant")
+    return f" ({', '.join(found)}: no better than its most common answer given every time)" if found else ""
 
 
 def same(r: dict) -> str:

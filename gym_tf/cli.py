@@ -169,7 +169,8 @@ def eval_command(
             sampled = len({lib.id for _, lib, _ in arms})  # a version named twice is sampled once (compare)
             with progress_bar("eval", len(problems) * sampled) as advance:
                 return await compare(engine, problems, scorer, samples, sampling, arms, seed,
-                                     on_group=lambda name, p, g: advance(f"eval library {name}", key=name))
+                                     on_group=lambda name, p, g: advance(f"eval library {name}", key=name),
+                                     constant=reward != "judge")
         finally:
             await engine.aclose()
 

@@ -8,7 +8,8 @@ from gym_tf.config import OptimizeConfig
 from gym_tf.datasets import load_dataset
 from gym_tf.library import EMPTY_LIBRARY, EXAMPLES_HEADER, ExampleOp, apply_ops
 from gym_tf.optimize import Optimizer
-from gym_tf.backends import Sampling
+from gym_tf.backends import Choice, Generation, Sampling
+from gym_tf.datasets import Problem
 from rewards import math_reward
 
 
@@ -28,6 +29,7 @@ async def test_a_library_that_helps_shows_a_paired_gain_beyond_noise_and_beats_t
     none, learned = result.arms
     assert learned.vs_baseline.low > 0.4 and learned.mean_vs_baseline_majority.low > 0
     assert learned.majority_vs_baseline.value > 0
+    assert learned.mean_vs_constant.low > 0  # quickstart's answers differ: one answer for all scores little
     assert result.extra_prompt_tokens(learned) > 0 == result.extra_prompt_tokens(none)
     # paired: both arms drew the same seeds for the same problems
     solves = [(c["problem"], c["seed"]) for c in backend.calls if c["stage"] == "solve"]
@@ -122,3 +124,46 @@ async def test_a_gate_on_training_problems_is_named_at_the_end_of_the_run(store,
     note = next(n for n in result.progress.notes if n.startswith("not held out"))
     assert f"holds worked examples of {len(examples)} of the 8 validation problems" in note
     assert len(store.run(result.run_id)["summary"]["val_held_in_library"]) == len(examples)
+
+
+class AnswersTrueWhenShownExamples(ScriptedBackend):
+    """Without a library it writes code until its tokens run out; with worked examples in its prompt it boxes True,
+    whatever the problem: what isomorphic_strings' examples, all boxing True, taught the 0.5B."""
+
+    async def generate(self, messages, n=1, **sampling):
+        shown = EXAMPLES_HEADER in str(messages[0]["content"])
+        text = "Work... so \\boxed{True}" if shown else "def isomorphic(a, b):"
+        self.calls.append({"stage": "solve"})
+        return Generation([Choice(text, "stop" if shown else "length", 5)] * n, 10 * n, 5 * n, 0.0)
+
+
+async def test_a_gain_that_is_the_most_common_answer_given_to_every_problem_is_named_so():
+    from rich.console import Console
+
+    from gym_tf.display import comparison_table
+    from rewards.answers import last_boxed
+
+    def exact(completions, answer, **_):
+        return [float(last_boxed(c) == answer) for c in completions]
+
+    problems = [Problem(f"p{i}", f"Are the strings of pair {i} isomorphic?", "False" if i in (2, 5) else "True")
+                for i in range(8)]
+    library, _ = apply_ops(EMPTY_LIBRARY, [ExampleOp(op="example", text="Problem: ab cd?\nSolution: \\boxed{True}")],
+                           step=1)
+    arms = [("none", EMPTY_LIBRARY, 0), ("learned", library, 900)]
+    backend = AnswersTrueWhenShownExamples({})
+    result = await compare(backend, problems, exact, 4, Sampling(), arms, seed=1)
+    none, learned = result.arms
+    assert learned.vs_baseline.value == 0.75 and learned.vs_baseline.low > 0  # a "gain" beyond noise
+    assert (result.constant.answer, result.constant.mean) == ("True", 0.75)
+    assert learned.mean_vs_constant.value == learned.mean_vs_constant.high == 0  # and nothing beyond True always
+    assert none.mean_vs_constant.value == -0.75
+    data = result.to_dict()
+    assert data["constant_answer"] == {"answer": "True", "mean": 0.75} and data["arms"][1]["mean_vs_constant"]["value"] == 0
+    console = Console(record=True, width=100)
+    console.print(comparison_table(result))
+    text = console.export_text()
+    assert "'True' always" in text and "every problem scores 0.750" in text
+
+    off = await compare(AnswersTrueWhenShownExamples({}), problems, exact, 4, Sampling(), arms, seed=1, constant=False)
+    assert off.constant is None and off.arms[1].mean_vs_constant is None and off.to_dict()["constant_answer"] is None
