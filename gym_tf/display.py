@@ -48,14 +48,15 @@ def comparison_table(comparison) -> Table:
     row(f"Majority@{k} - {base.name}'s", lambda a: str(a.majority_vs_baseline) if a.majority_vs_baseline else "-")
     row(f"Mean@{k} - {base.name}'s Maj@{k}",
         lambda a: str(a.mean_vs_baseline_majority) if a.mean_vs_baseline_majority else "-")
-    if comparison.constant:
-        row(f"Mean@{k} - {comparison.constant.answer!r} always", lambda a: str(a.mean_vs_constant))
+    common = comparison.constant
+    answer = common and (common.answer if len(common.answer) <= 16 else common.answer[:15] + "…")
+    if common:
+        row(f"Mean@{k} - {answer!r} always", lambda a: str(a.mean_vs_constant))
     row("extra prompt tok/call", lambda a: f"{comparison.extra_prompt_tokens(a):+.0f}")
     row("tokens spent learning", lambda a: str(a.learning_tokens or "-"))
     table.caption = "an interval wholly above 0 is a gain beyond noise"
-    if comparison.constant:
-        table.caption += (f"\n{comparison.constant.answer!r} always: the most common answer given to every problem "
-                          f"scores {comparison.constant.mean:.3f}")
+    if common:
+        table.caption += f"\n{answer!r} always: the most common answer given to every problem scores {common.mean:.3f}"
     for arm in comparison.arms:
         if arm.same_as:
             table.caption += f"\n{arm.name} is the same library version as {arm.same_as}: sampled once, for both"

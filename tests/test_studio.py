@@ -263,6 +263,10 @@ def test_evaluations_side_by_side(ws, client):
         assert row["means"] == [per_problem[n][row["problem"]]["mean"] for n in data["names"]]
     html = get(client, f"/ui/evaluations/{ws['evaluation']}").text
     assert f"{ws['comparison'].arms[1].report.metrics.mean_at_k.value:.3f}" in html
+    constant = ws["comparison"].constant  # the most common answer given to every problem, beside the libraries
+    assert data["constant_answer"] == {"answer": constant.answer, "mean": constant.mean}
+    assert f"“{constant.answer}” always ({constant.mean:.3f})" in html
+    assert f"{ws['comparison'].arms[1].mean_vs_constant.value:+.3f}" in html
 
 
 def test_ledger_root_inclusion_publications_and_anchors(ws, client):

@@ -355,7 +355,8 @@ def evaluations(con: sqlite3.Connection) -> dict[str, Any]:
 
 def evaluation(con: sqlite3.Connection, evaluation_id: str) -> dict[str, Any]:
     """One report, libraries side by side: Mean@k, Pass@k, Majority@k with intervals, paired differences against
-    the baseline, and each problem's mean reward under every library."""
+    the baseline and against the most common answer given to every problem, and each problem's mean reward under
+    every library."""
     missing = UnknownRecord(f"no evaluation {evaluation_id[:40]!r}")
     _check_id(evaluation_id, missing)
     if not _has_table(con, "evaluations"):
@@ -368,7 +369,7 @@ def evaluation(con: sqlite3.Connection, evaluation_id: str) -> dict[str, Any]:
     table = [{"problem": p, "means": [per_problem.get(n, {}).get(p, {}).get("mean") for n in names]}
              for p in problem_ids]
     return {**row, "baseline": report.get("baseline"), "arms": report.get("arms", []), "names": names,
-            "per_problem": table}
+            "constant_answer": report.get("constant_answer"), "per_problem": table}
 
 
 # --- the ledger -------------------------------------------------------------------------------------------------------
