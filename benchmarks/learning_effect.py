@@ -436,12 +436,10 @@ def across_families(rows: list[dict], policy: str = "0.5B") -> dict | None:
         return None
     runs = list(latest.values())
     over = lambda key, among=runs: bootstrap(np.array([r[key][0] for r in among]), resamples=10_000)  # noqa: E731
-    constant = sorted(r["family"] for r in runs if r["diff"][1] > 0 and r["majority_diff"][1] > 0
-                      and r.get("mean_minus_constant") and r["mean_minus_constant"][1] <= 0)
-    return {"policy": policy, "families": len(runs),
-            "both": sorted(r["family"] for r in runs if r["diff"][1] > 0 and r["majority_diff"][1] > 0),
-            # of those, where the most common answer given to every problem does as well (within noise)
-            "constant": constant,
+    both = [r for r in runs if r["diff"][1] > 0 and r["majority_diff"][1] > 0]
+    # of those, where the most common answer given to every problem does as well (within noise)
+    constant = sorted(r["family"] for r in both if r.get("mean_minus_constant") and r["mean_minus_constant"][1] <= 0)
+    return {"policy": policy, "families": len(runs), "both": sorted(r["family"] for r in both), "constant": constant,
             "mean_diff_without_constant": over("diff", [r for r in runs if r["family"] not in constant])
             if constant else None,
             "gain": sorted(r["family"] for r in runs if r["diff"][1] > 0),

@@ -8,6 +8,7 @@ interval. The first library is the baseline, normally `none`.
 from __future__ import annotations
 
 import json
+import logging
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,7 +19,10 @@ from gym_tf.datasets import Problem
 from gym_tf.evaluate import EvalReport, evaluate
 from gym_tf.library import LibraryVersion, problems_held_in
 from gym_tf.metrics import Estimate, paired_difference
+from gym_tf.errors import RewardError
 from gym_tf.rollouts import Rollout, score
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass
@@ -100,12 +104,17 @@ class Comparison:
 
 
 async def constant_answer(problems: list[Problem], reward: Callable[..., Any]) -> ConstantAnswer | None:
-    """The most common reference answer (the first of a tie), boxed, scored on every problem; None with no answers."""
+    """The most common reference answer (the first of a tie), boxed, scored on every problem; None with no answers,
+    or where the reward cannot grade it (a measure beside the comparison must not cost the comparison)."""
     answers = Counter(p.answer for p in problems if p.answer is not None)
     if not answers:
         return None
     answer = answers.most_common(1)[0][0]
-    scores = {p.id: (await score(reward, p, [f"The answer is \\boxed{{{answer}}}."]))[0] or 0.0 for p in problems}
+    try:
+        scores = {p.id: (await score(reward, p, [f"The answer is \\boxed{{{answer}}}."]))[0] or 0.0 for p in problems}
+    except RewardError as error:
+        logger.warning("the most common answer %r could not be graded, so it is not compared: %s", answer, error)
+        return None
     return ConstantAnswer(answer, scores)
 
 

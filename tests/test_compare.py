@@ -167,3 +167,11 @@ async def test_a_gain_that_is_the_most_common_answer_given_to_every_problem_is_n
 
     off = await compare(AnswersTrueWhenShownExamples({}), problems, exact, 4, Sampling(), arms, seed=1, constant=False)
     assert off.constant is None and off.arms[1].mean_vs_constant is None and off.to_dict()["constant_answer"] is None
+
+    def picky(completions, answer, **_):  # grades the model's answers, raises on the constant's wording
+        if any(c.startswith("The answer is") for c in completions):
+            raise ValueError("unexpected wording")
+        return exact(completions, answer)
+
+    ungraded = await compare(AnswersTrueWhenShownExamples({}), problems, picky, 4, Sampling(), arms, seed=1)
+    assert ungraded.constant is None and ungraded.arms[1].vs_baseline == learned.vs_baseline  # the comparison stands
