@@ -141,3 +141,6 @@ def test_eval_compares_libraries_on_the_embedded_model(tmp_path):
     assert data["extra_prompt_tokens_per_call"][learned["name"]] > 10  # the example is in every prompt
     assert all(r["shown"] == ["E1"] for g in data["reports"][learned["name"]]["problems"].values() for r in g)
     assert report.with_suffix(".png").stat().st_size > 1000
+    # beside them, the most common answer (a tie of two: the first, '6') given to both problems, graded by math-verify
+    assert data["constant_answer"] == {"answer": "6", "mean": 0.5} and "'6' always" in result.stdout
+    assert learned["mean_vs_constant"]["low"] <= learned["mean_vs_constant"]["value"] <= learned["mean_vs_constant"]["high"]
