@@ -406,12 +406,12 @@ def markdown(rows: list[dict]) -> str:
     return head + "".join(
         f"| {r['family']} | {r['seed']} | {r['level']} | {r['model']} | {r['learner']} | {r['test']} x {r['k']} | {r['none_mean']:.3f} | {r['learned_mean']:.3f} | {ci(r['diff'])} | "
         f"{r['none_majority']:.3f} | {r['learned_majority']:.3f} | {ci(r['majority_diff'])} | "
-        f"{ci(r['mean_minus_none_majority'])} | {constant(r, ci)} | {r['items']} ({r['lessons']}){same(r)} | {pruned(r)} | "
+        f"{ci(r['mean_minus_none_majority'])} | {constant_cell(r, ci)} | {r['items']} ({r['lessons']}){same(r)} | {pruned(r)} | "
         f"{r['extra_prompt_tokens']:+.0f} | "
         f"{r['learning_tokens']:,} | {wall(r)} |\n" for r in rows)
 
 
-def constant(r: dict, ci) -> str:
+def constant_cell(r: dict, ci) -> str:
     """The learned arm against the most common test answer given to every problem: what it scores, and the paired
     difference ("not recorded" for runs before 2026-11-27)."""
     if not r.get("constant"):
@@ -438,10 +438,12 @@ def across_families(rows: list[dict], policy: str = "0.5B") -> dict | None:
     over = lambda key, among=runs: bootstrap(np.array([r[key][0] for r in among]), resamples=10_000)  # noqa: E731
     both = [r for r in runs if r["diff"][1] > 0 and r["majority_diff"][1] > 0]
     # of those, where the most common answer given to every problem does as well (within noise)
-    constant = sorted(r["family"] for r in both if r.get("mean_minus_constant") and r["mean_minus_constant"][1] <= 0)
-    return {"policy": policy, "families": len(runs), "both": sorted(r["family"] for r in both), "constant": constant,
-            "mean_diff_without_constant": over("diff", [r for r in runs if r["family"] not in constant])
-            if constant else None,
+    answered_alike = sorted(r["family"] for r in both
+                            if r.get("mean_minus_constant") and r["mean_minus_constant"][1] <= 0)
+    return {"policy": policy, "families": len(runs), "both": sorted(r["family"] for r in both),
+            "constant_families": answered_alike,
+            "mean_diff_without_constant": over("diff", [r for r in runs if r["family"] not in answered_alike])
+            if answered_alike else None,
             "gain": sorted(r["family"] for r in runs if r["diff"][1] > 0),
             "below": sorted(r["family"] for r in runs if r["diff"][0] < 0),
             "empty": sorted(r["family"] for r in runs if r["items"] == 0),
@@ -455,14 +457,14 @@ def across_text(summary: dict) -> str:
             f"{len(summary['both'])} meet both conditions{constant_caveat(summary)}, {len(summary['gain'])} gain beyond noise, "
             f"{len(summary['below'])} below no library, {len(summary['empty'])} kept no item; gains {low:+.3f} to "
             f"{high:+.3f}, their mean {summary['mean_diff']}"
-            + (f" ({summary['mean_diff_without_constant']} without {', '.join(summary['constant'])})"
+            + (f" ({summary['mean_diff_without_constant']} without {', '.join(summary['constant_families'])})"
                if summary.get("mean_diff_without_constant") else "")
             + f", the votes' mean {summary['majority_diff']} "
             f"(95% intervals of the mean over these families, resampling families)\n")
 
 
 def constant_caveat(summary: dict) -> str:
-    found = summary.get("constant")
+    found = summary.get("constant_families")
     return f" ({', '.join(found)}: no better than its most common answer given every time)" if found else ""
 
 

@@ -170,7 +170,7 @@ def eval_command(
             with progress_bar("eval", len(problems) * sampled) as advance:
                 return await compare(engine, problems, scorer, samples, sampling, arms, seed,
                                      on_group=lambda name, p, g: advance(f"eval library {name}", key=name),
-                                     constant=reward != "judge")
+                                     constant=reward != "judge" and len(arms) > 1)  # shown beside libraries
         finally:
             await engine.aclose()
 

@@ -145,9 +145,10 @@ async def compare(backend: Backend, problems: list[Problem], reward: Callable[..
         arm.mean_vs_baseline_majority = paired_difference(arm.report.per_problem_mean(), base.per_problem_majority(),
                                                           seed=seed)
     common = await constant_answer(problems, reward) if constant else None
-    for arm in arms if common else ():
-        arm.mean_vs_constant = paired_difference(arm.report.per_problem_mean(),
-                                                 [common.scores[pid] for pid in arm.report.rollouts], seed=seed)
+    if common:
+        for arm in arms:
+            arm.mean_vs_constant = paired_difference(arm.report.per_problem_mean(),
+                                                     [common.scores[pid] for pid in arm.report.rollouts], seed=seed)
     return Comparison(arms, len(problems), samples, seed, common)
 
 

@@ -68,7 +68,7 @@ def test_across_families_takes_each_familys_latest_row_at_the_defaults_and_resam
     assert bench.across_families(rows, policy="1.5B")["gain"] == ["e"]
     assert bench.across_families(rows[5:]) is None
     assert "4 families" in bench.across_text(summary) and "1 kept no item; gains -0.100 to +0.200" in bench.across_text(summary)
-    assert summary["constant"] == [] and "most common answer" not in bench.across_text(summary)
+    assert summary["constant_families"] == [] and "most common answer" not in bench.across_text(summary)
 
     # a family that meets both conditions by answering its most common answer every time is named, and the mean
     # is also given without it; a row from before the constant was recorded is not suspected
@@ -77,13 +77,13 @@ def test_across_families_takes_each_familys_latest_row_at_the_defaults_and_resam
     beyond = run("u", (0.3, 0.2, 0.4), (0.3, 0.1, 0.5), constant={"answer": "4", "mean": 0.05},
                  mean_minus_constant=(0.2, 0.1, 0.3))
     summary = bench.across_families([true_always, beyond, *rows])
-    assert summary["both"] == ["a", "t", "u"] and summary["constant"] == ["t"]
+    assert summary["both"] == ["a", "t", "u"] and summary["constant_families"] == ["t"]
     assert summary["mean_diff_without_constant"].value == pytest.approx((0.2 + 0.1 - 0.1 + 0.0 + 0.3) / 5)
     text = bench.across_text(summary)
     assert "3 meet both conditions (t: no better than its most common answer given every time)" in text
     assert f"({summary['mean_diff_without_constant']} without t)" in text
-    cell = bench.constant(true_always, lambda e: f"{e[0]:+.3f}")
-    assert cell == "-0.010 ('True' always: 0.700)" and bench.constant(rows[0], None) == "not recorded"
+    cell = bench.constant_cell(true_always, lambda e: f"{e[0]:+.3f}")
+    assert cell == "-0.010 ('True' always: 0.700)" and bench.constant_cell(rows[0], None) == "not recorded"
 
 
 def test_the_readme_states_what_the_archive_says_across_families(bench):
