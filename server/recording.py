@@ -56,6 +56,8 @@ class Recorder:
         self.writer = subprocess.Popen(
             [sys.executable, "-m", "gym_tf.traffic_writer", str(self.workspace), json.dumps(asdict(settings))],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, env={**os.environ, "PYTHONPATH": _pythonpath()})
+        for pipe in (self.writer.stdin, self.writer.stdout):
+            os.set_blocking(pipe.fileno(), False)  # the event loop never waits on the writer
         self.open_streams: dict[tuple[str, str], asyncio.Event] = {}
         self.dropped = 0
         self._batch: list[tuple] = []
@@ -66,6 +68,7 @@ class Recorder:
         self._waiting: dict[int, asyncio.Future] = {}
         self._ids = itertools.count()
         self._paused, self._checked = False, 0.0
+        self._writer_gone = False
 
     # --- the request path -----------------------------------------------------------------------------------------
 
@@ -85,20 +88,21 @@ class Recorder:
         client gone mid-stream leaves nothing."""
         chunks: list[bytes] = []
         key = None
-        complete = False
+        ended = False
         try:
-            async for chunk in events:
+            async for chunk in events:  # per chunk only an append: streams in step each wait for all others' chunks
+                chunks.append(chunk)
                 if key is None:
                     found = _ID.search(chunk)
                     if found:
                         key = (meta["tenant"], found.group(1).decode())
                         self.open_streams[key] = asyncio.Event()
-                chunks.append(chunk)
-                complete = complete or b"data: [DONE]" in chunk
                 yield chunk
-            complete = True
+            ended = True
         finally:
-            if complete:
+            # [DONE] is a stream's last event: if it went out, it is in the last chunk, or the last two where the
+            # network split it
+            if ended or b"data: [DONE]" in b"".join(chunks[-2:]):
                 self._add(("record", meta, None, b"".join(chunks), time.perf_counter() - start))
             if key is not None:
                 done = self.open_streams.pop(key, None)
@@ -106,7 +110,7 @@ class Recorder:
                     done.set()
 
     def _add(self, job: tuple) -> None:
-        if len(self._out) > self.settings.max_pending_bytes or self.writer.poll() is not None:
+        if len(self._out) > self.settings.max_pending_bytes or self._writer_gone:
             self.dropped += 1  # serving never waits for the disk: a writer this far behind (or gone) loses exchanges
             return
         self._batch.append(job)
@@ -117,6 +121,11 @@ class Recorder:
 
     def _flush(self) -> None:
         self._flushing = False
+        # asked here, once a hand-over, not for every exchange: on some kernels (gVisor) each ask is a costly syscall
+        self._writer_gone = self.writer.poll() is not None
+        if self._writer_gone:
+            self.dropped += sum(job[0] == "record" for job in self._batch)
+            self._batch = [job for job in self._batch if job[0] != "record"]  # a call still learns the writer is gone
         if self._batch:
             payload = pickle.dumps(self._batch, protocol=pickle.HIGHEST_PROTOCOL)
             self._batch = []
@@ -126,7 +135,6 @@ class Recorder:
     def _drain(self) -> None:
         """Write what the pipe takes now; the event loop calls again when it can take more."""
         fd = self.writer.stdin.fileno()
-        os.set_blocking(fd, False)
         try:
             written = os.write(fd, self._out) if self._out else 0
         except BlockingIOError:
@@ -168,7 +176,6 @@ class Recorder:
 
     def _read(self) -> None:
         fd = self.writer.stdout.fileno()
-        os.set_blocking(fd, False)
         try:
             data = os.read(fd, 1 << 16)
         except BlockingIOError:

@@ -496,6 +496,34 @@ def test_a_stream_the_client_closes_at_done_is_recorded_and_one_cut_short_is_not
         process.kill()
 
 
+def test_a_dead_writer_costs_the_exchanges_not_the_answers(tmp_path):
+    """The writer process is gone (killed): streams and plain answers are still served whole, each exchange that
+    could not be kept is counted as dropped, and nothing is half-written."""
+    store = RunStore(tmp_path / "ws")
+    process, url, _ = start_fake(tmp_path)
+    recorder = Recorder(store.root)
+    running = Running(create_app(Upstream(url), store, None, recorder))
+    try:
+        client = openai.OpenAI(base_url=running.url, api_key="x", max_retries=0)
+        client.chat.completions.create(model="m", messages=HI)
+        assert len(rows(store.root, 1)) == 1
+        recorder.writer.kill()
+        recorder.writer.wait()
+        for _ in range(3):
+            stream = client.chat.completions.create(model="m", messages=HI, stream=True)
+            assert "".join(c.choices[0].delta.content or "" for c in stream if c.choices) == "Hello from the fake upstream."
+            assert client.chat.completions.create(model="m", messages=HI).choices[0].message.content
+        deadline = time.time() + 5
+        while recorder.dropped < 6 and time.time() < deadline:
+            time.sleep(0.05)
+        assert recorder.dropped == 6
+        assert len(list(TrafficLog(store.root).exchanges("default"))) == 1
+    finally:
+        running.stop()
+        recorder.close()
+        process.kill()
+
+
 async def test_a_judge_fallback_sees_the_users_comment_and_is_stored(served):
     clients, store, *_ = served
     problems = load_dataset("quickstart")[:4]
