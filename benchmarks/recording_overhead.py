@@ -11,12 +11,15 @@ request of the recording arm was recorded (the writer process keeps up). Feedbac
 `--noise-floor` adds a second server without recording (an A/A arm): the off - off difference shows how much of
 the on - off difference a busy machine makes up by itself. The `paused` arm is the recording server with its kill
 switch on: on - paused compares one server process with itself, the difference recording alone makes.
-`--together` runs every arm of a round at the same moment, each from its own client process (no paused arm then):
-a drift of the machine's load falls on all arms alike, which narrows the paired intervals (A/A +/-3 ms over 80
-rounds on 16 cores, against +/-21 ms one arm after another).
+`--together` asks every arm the same request at the same moment, from one client process, in an order shuffled per
+request (no paused arm then), and pairs each request with its twins: the machine's load at that moment, the
+client's and the upstream's delays fall on both alike. Each round's median of the per-request differences (on - off,
+and off2 - off with `--noise-floor`) is then averaged over rounds with a bootstrap 95% interval. That interval is
+about 4x narrower than the difference of two rounds' p50s, which carries the sampling noise of both p50s (on the
+2-core Xeon over 30 rounds: +/-2 ms against +/-8 ms; one arm after another, +/-21 ms over 40 rounds).
 
 First, the request path alone, in this process (`--path-only` stops there): the serving thread's CPU time to relay a
-stream through `Recorder.capture` and hand the finished exchanges to the writer, against relaying the same bytes
+stream onto a `Tape` and hand the finished exchanges to the writer, against relaying the same bytes
 directly (see `request_path`). That is the work recording adds to the loop that serves every stream, which the
 end-to-end arms cannot resolve to 1 ms on a busy 2-core machine.
 """
@@ -34,7 +37,6 @@ import subprocess
 import sys
 import tempfile
 import time
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -62,11 +64,10 @@ async def one(client: httpx.AsyncClient, url: str) -> tuple[float, str]:
     return time.perf_counter() - start, ident
 
 
-async def arm(url: str, clients: int, per_client: int, start_at: float = 0.0) -> tuple[list[float], list[str]]:
+async def arm(url: str, clients: int, per_client: int) -> tuple[list[float], list[str]]:
     limits = httpx.Limits(max_connections=clients + 8, max_keepalive_connections=clients + 8)
     async with httpx.AsyncClient(limits=limits, timeout=60) as client:
         await one(client, url)  # warm the pool
-        await asyncio.sleep(max(0.0, start_at - time.time()))  # arms run together: each starts at the same moment
 
         async def worker():
             return [await one(client, url) for _ in range(per_client)]
@@ -77,9 +78,33 @@ async def arm(url: str, clients: int, per_client: int, start_at: float = 0.0) ->
     return [r[0] for r in results], [r[1] for r in results]
 
 
-def arm_process(url: str, clients: int, per_client: int, start_at: float) -> tuple[list[float], list[str]]:
-    """One arm in its own client process, so arms run at the same moment without sharing a client's event loop."""
-    return asyncio.run(arm(url, clients, per_client, start_at))
+async def arms_together(urls: dict[str, str], clients: int, per_client: int, seed: int) -> dict[str, list[float]]:
+    """Every arm at the same moment, from one client process: each of `clients` workers sends the same request to
+    every arm at once, in an order shuffled per request, `per_client` times. Latencies are listed in that order in
+    every arm, so the i-th of one arm and the i-th of another were asked at the same moment."""
+    limits = httpx.Limits(max_connections=clients + 8, max_keepalive_connections=clients + 8)
+    pools = {name: httpx.AsyncClient(limits=limits, timeout=60) for name in urls}
+    order = random.Random(seed)
+    try:
+        for name, url in urls.items():
+            await one(pools[name], url)  # warm each pool
+
+        async def ask_all() -> dict[str, tuple[float, str]]:
+            names = order.sample(list(urls), len(urls))
+            answers = await asyncio.gather(*(one(pools[name], urls[name]) for name in names))
+            return dict(zip(names, answers))
+
+        async def worker() -> list[dict[str, tuple[float, str]]]:
+            return [await ask_all() for _ in range(per_client)]
+
+        asked = [row for rows in await asyncio.gather(*(worker() for _ in range(clients))) for row in rows]
+        for name, url in urls.items():  # feedback rides along, as in production
+            for row in asked[:8]:
+                await pools[name].post(f"{url}/feedback", json={"response_id": row[name][1], "score": "up"})
+    finally:
+        for pool in pools.values():
+            await pool.aclose()
+    return {name: [row[name][0] for row in asked] for name in urls}
 
 
 def p(values: list[float], q: int) -> float:
@@ -104,8 +129,8 @@ class PathCost:
 
 
 async def request_path(work: Path, streams: int, chunks: int, batch: int, rounds: int) -> PathCost:
-    """The work recording adds to the serving thread: each round relays `streams` streams directly and through
-    `Recorder.capture`, handing the finished exchanges to the writer every `batch` streams, as the server's 50 ms
+    """The work recording adds to the serving thread: each round relays `streams` streams directly and onto a
+    `Tape`, handing the finished exchanges to the writer every `batch` streams, as the server's 50 ms
     timer does. CPU time of this thread, so neither the writer process nor other jobs on the machine count; the
     pipe is drained between hand-overs, untimed, as the server's loop does between its timer's calls. Round 0 warms
     up and is not counted. Every recorded exchange must be stored, whole."""
@@ -120,6 +145,18 @@ async def request_path(work: Path, streams: int, chunks: int, batch: int, rounds
         for event in events:
             yield event
 
+    async def served(source, tape):  # the server's relay loop (server/app.py, `events`), with or without a tape
+        ended = False
+        try:
+            async for chunk in source:
+                if tape is not None:
+                    tape.add(chunk)
+                yield chunk
+            ended = True
+        finally:
+            if tape is not None:
+                tape.close(ended)
+
     meta = {"tenant": "default", "created": time.time(), "route": "/chat/completions", "model": "fake-model",
             "library_version": "none", "request": BODY}
     recorder = Recorder(work / "ws-path", RecordSettings(flush_s=3600.0))  # the hand-overs are made below
@@ -131,8 +168,7 @@ async def request_path(work: Path, streams: int, chunks: int, batch: int, rounds
                 spent = 0.0
                 for i, events in enumerate(bodies):
                     started, wall = time.thread_time(), time.perf_counter()  # the server takes `wall` too
-                    source = relay(events)
-                    async for _ in recorder.capture(meta, source, wall) if name == "recorded" else source:
+                    async for _ in served(relay(events), recorder.tape(meta, wall) if name == "recorded" else None):
                         pass
                     if name == "recorded" and ((i + 1) % batch == 0 or i + 1 == streams):
                         handed = time.thread_time()
@@ -170,8 +206,8 @@ def main() -> None:
                         help="exchanges per hand-over to the writer (64 streams of about 0.8 s end about 4 per 50 ms)")
     parser.add_argument("--path-only", action="store_true", help="only the request-path arm")
     parser.add_argument("--together", action="store_true",
-                        help="run the arms at the same moment, each from its own client process (no paused arm): "
-                             "a drift of the machine's load then falls on every arm of a round alike")
+                        help="ask every arm the same request at the same moment, from one client (no paused arm), "
+                             "and pair each request with its twin: what the machine does then falls on both alike")
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp())
     path = asyncio.run(request_path(work, args.path_streams, args.chunks, args.path_batch, args.path_rounds))
@@ -208,26 +244,29 @@ def main() -> None:
             urls["paused"], kill_file = urls["on"], work / "ws-on" / KILL_FILE
         latencies: dict[str, list[float]] = {name: [] for name, _ in arms}
         per_round: dict[str, list[float]] = {name: [] for name, _ in arms}  # each round's p50, for the paired CI
+        at_once: dict[str, list[float]] = {name: [] for name, _ in arms[1:]}  # each round's median difference
         sent_on = 0
         names = [name for name, _ in arms]
-        with ProcessPoolExecutor(len(names)) as pool:
-            for round_ in range(args.rounds):
-                if args.together:  # every arm at the same moment, each from its own client process
-                    start_at = time.time() + 1.0
-                    futures = {name: pool.submit(arm_process, urls[name], args.streams, args.requests_per_client,
-                                                 start_at) for name in names}
-                    results = {name: future.result()[0] for name, future in futures.items()}
-                else:  # one arm after another, in alternating order
-                    results = {}
-                    for name in names if round_ % 2 == 0 else names[::-1]:
-                        if name in ("on", "paused") and kill_file.exists() != (name == "paused"):
-                            kill_file.touch() if name == "paused" else kill_file.unlink()
-                            time.sleep(1.2)  # the server looks at the switch at most once a second
-                        results[name] = asyncio.run(arm(urls[name], args.streams, args.requests_per_client))[0]
-                for name, values in results.items():
-                    latencies[name] += values
-                    per_round[name].append(p(values, 50))
-                sent_on += len(results["on"]) + 1
+        for round_ in range(args.rounds):
+            if args.together:
+                results = asyncio.run(arms_together({n: urls[n] for n in names}, args.streams,
+                                                    args.requests_per_client, seed=round_))
+                for name in names[1:]:  # each request's difference from the off arm's asked at the same moment
+                    at_once[name].append(statistics.median(a - b for a, b in zip(results[name], results["off"])) * 1000)
+            else:  # one arm after another, in alternating order
+                results = {}
+                for name in names if round_ % 2 == 0 else names[::-1]:
+                    if name in ("on", "paused") and kill_file.exists() != (name == "paused"):
+                        kill_file.touch() if name == "paused" else kill_file.unlink()
+                        time.sleep(1.2)  # the server looks at the switch at most once a second
+                    results[name] = asyncio.run(arm(urls[name], args.streams, args.requests_per_client))[0]
+            for name, values in results.items():
+                latencies[name] += values
+                per_round[name].append(p(values, 50))
+            sent_on += len(results["on"]) + 1
+            if args.together and (round_ + 1) % 10 == 0:  # a run cut short by a time limit still says something
+                print(f"round {round_ + 1}: on - off per request so far, mean {statistics.fmean(at_once['on']):+.2f} ms",
+                      flush=True)
         off, on = latencies["off"], latencies["on"]
         print(f"{args.streams} concurrent streams, {args.rounds} rounds x {args.requests_per_client} requests per "
               f"client per arm; upstream {args.chunks} chunks {args.chunk_delay * 1000:g} ms apart")
@@ -237,6 +276,10 @@ def main() -> None:
         print(f"added p50 latency (on - off): {added:+.2f} ms; ratio on/off {ratio:.4f}")
         print(f"paired by round (each round's p50, on - off, {args.rounds} rounds): mean "
               f"{paired(per_round['on'], per_round['off'])}")
+        if args.together:
+            for name, values in at_once.items():
+                print(f"{name} - off per request, asked at the same moment (each round's median difference): mean "
+                      f"{paired(values, [0.0] * len(values))}")
         if "paused" in latencies:
             print(f"one server, recording on - paused (kill switch), paired by round: p50 "
                   f"{p(latencies['paused'], 50):.2f} ms paused; mean {paired(per_round['on'], per_round['paused'])}")

@@ -240,11 +240,17 @@ def create_app(upstream: Upstream, store: RunStore, config: ServerConfig | None 
                 "library_version": version.id, "request": asked} if recorder and recorder.active() else None
         if body.get("stream"):
             async def events():
-                relayed = proxy.relay(proxy.stream(upstream, path, body), metrics.usage)
+                tape = recorder.tape(meta, start) if meta else None
+                ended = False
                 try:
-                    async for chunk in recorder.capture(meta, relayed, start) if meta else relayed:
+                    async for chunk in proxy.relay(proxy.stream(upstream, path, body), metrics.usage):
+                        if tape is not None:
+                            tape.add(chunk)
                         yield chunk
+                    ended = True
                 finally:
+                    if tape is not None:
+                        tape.close(ended)
                     metrics.latency.labels(path).observe(time.perf_counter() - start)
                     metrics.requests.labels(path, "200").inc()
 

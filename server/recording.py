@@ -30,7 +30,7 @@ import sys
 import time
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any, AsyncIterator
+from typing import Any
 
 from gym_tf.errors import UnknownChoice
 from gym_tf.traffic import Feedback, TrafficLog
@@ -82,32 +82,9 @@ class Recorder:
         """A non-streaming answer: into the batch (the writer does the rest)."""
         self._add(("record", meta, reply, None, latency_s))
 
-    async def capture(self, meta: dict[str, Any], events: AsyncIterator[bytes], start: float) -> AsyncIterator[bytes]:
-        """Relay a stream's bytes unchanged; keep it once it is complete: it ended, or [DONE] went out (clients
-        such as the openai SDK close the connection at [DONE], often before the upstream's own end arrives). A
-        client gone mid-stream leaves nothing."""
-        chunks: list[bytes] = []
-        key = None
-        ended = False
-        try:
-            async for chunk in events:  # per chunk only an append: streams in step each wait for all others' chunks
-                chunks.append(chunk)
-                if key is None:
-                    found = _ID.search(chunk)
-                    if found:
-                        key = (meta["tenant"], found.group(1).decode())
-                        self.open_streams[key] = asyncio.Event()
-                yield chunk
-            ended = True
-        finally:
-            # [DONE] is a stream's last event: if it went out, it is in the last chunk, or the last two where the
-            # network split it
-            if ended or b"data: [DONE]" in b"".join(chunks[-2:]):
-                self._add(("record", meta, None, b"".join(chunks), time.perf_counter() - start))
-            if key is not None:
-                done = self.open_streams.pop(key, None)
-                if done is not None:
-                    done.set()
+    def tape(self, meta: dict[str, Any], start: float) -> "Tape":
+        """A stream about to be relayed: the server puts each chunk on the tape, then closes it (see Tape)."""
+        return Tape(self, meta, start)
 
     def _add(self, job: tuple) -> None:
         if len(self._out) > self.settings.max_pending_bytes or self._writer_gone:
@@ -217,6 +194,42 @@ class Recorder:
         except subprocess.TimeoutExpired:
             self.writer.kill()
             self.writer.wait()
+
+
+class Tape:
+    """One stream's bytes as they go out, kept once the stream is complete: it ended, or [DONE] went out (clients
+    such as the openai SDK close the connection at [DONE], often before the upstream's own end arrives). A client
+    gone mid-stream leaves nothing.
+
+    The server calls `add(chunk)` in its own relay loop (no generator of its own: a layer of async generator costs
+    every chunk of every stream more than all the rest of recording). The first chunk that names the response id
+    opens the stream to feedback; from then on `add` is the list's own append."""
+
+    def __init__(self, recorder: Recorder, meta: dict[str, Any], start: float):
+        self.recorder, self.meta, self.start = recorder, meta, start
+        self.chunks: list[bytes] = []
+        self.key: tuple[str, str] | None = None
+        self.add = self._until_id
+
+    def _until_id(self, chunk: bytes) -> None:
+        self.chunks.append(chunk)
+        found = _ID.search(chunk)
+        if found:
+            self.key = (self.meta["tenant"], found.group(1).decode())
+            self.recorder.open_streams[self.key] = asyncio.Event()
+            self.add = self.chunks.append
+
+    def close(self, ended: bool) -> None:
+        """The stream is over (`ended`: the upstream's end was relayed). Called once, from the relay's finally."""
+        chunks = self.chunks
+        # [DONE] is a stream's last event: if it went out, it is in the last chunk, or the last two where the
+        # network split it
+        if ended or b"data: [DONE]" in b"".join(chunks[-2:]):
+            self.recorder._add(("record", self.meta, None, b"".join(chunks), time.perf_counter() - self.start))
+        if self.key is not None:
+            done = self.recorder.open_streams.pop(self.key, None)
+            if done is not None:
+                done.set()
 
 
 def _pythonpath() -> str:
