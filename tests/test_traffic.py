@@ -496,6 +496,36 @@ def test_a_stream_the_client_closes_at_done_is_recorded_and_one_cut_short_is_not
         process.kill()
 
 
+async def test_a_tape_opens_its_stream_to_feedback_at_the_id_and_keeps_only_complete_streams(tmp_path):
+    """The server's relay loop puts each chunk on a Tape: the first chunk naming the id makes feedback on it wait
+    for the stream; at close a stream is kept if it ended, or if [DONE] went out (here split over two chunks)."""
+    recorder = Recorder(tmp_path / "ws", RecordSettings(flush_s=0.01))
+
+    def event(ident: str, text: str) -> bytes:
+        chunk = {"id": ident, "object": "chat.completion.chunk", "created": 1, "model": "m",
+                 "choices": [{"index": 0, "delta": {"content": text}, "finish_reason": None}]}
+        return f"data: {json.dumps(chunk)}\n\n".encode()
+
+    meta = {"tenant": "default", "created": time.time(), "route": "/chat/completions", "model": "m",
+            "library_version": "none", "request": {"model": "m", "messages": HI, "stream": True}}
+    try:
+        for ident, tail, ended in [("chatcmpl-done", [b"data: [DO", b"NE]\n\n"], False),
+                                   ("chatcmpl-cut", [], False), ("chatcmpl-ended", [], True)]:
+            tape = recorder.tape(meta, time.perf_counter())
+            tape.add(b": keep-alive\n\n")  # no id yet: not open to feedback
+            assert recorder.open_streams == {}
+            for chunk in [event(ident, "4"), event(ident, "2"), *tail]:
+                tape.add(chunk)
+                assert set(recorder.open_streams) == {("default", ident)}
+            tape.close(ended)
+            assert recorder.open_streams == {}
+        await recorder.sync()
+        kept = {row["response_id"]: row["answers"] for row in TrafficLog(tmp_path / "ws").exchanges("default")}
+        assert kept == {"chatcmpl-done": ["42"], "chatcmpl-ended": ["42"]} and recorder.dropped == 0
+    finally:
+        recorder.close()
+
+
 def test_a_dead_writer_costs_the_exchanges_not_the_answers(tmp_path):
     """The writer process is gone (killed): streams and plain answers are still served whole, each exchange that
     could not be kept is counted as dropped, and nothing is half-written."""
