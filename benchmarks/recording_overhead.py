@@ -46,7 +46,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 from conftest import free_port, wait_for  # noqa: E402
 from gym_tf.traffic_writer import RecordSettings  # noqa: E402
-from server.recording import KILL_FILE, Recorder  # noqa: E402
+from server.recording import KILL_FILE, Recorder, relay_onto  # noqa: E402
 
 BODY = {"model": "m", "messages": [{"role": "user", "content": "What is 6 times 7?"}], "stream": True}
 
@@ -145,18 +145,6 @@ async def request_path(work: Path, streams: int, chunks: int, batch: int, rounds
         for event in events:
             yield event
 
-    async def served(source, tape):  # the server's relay loop (server/app.py, `events`), with or without a tape
-        ended = False
-        try:
-            async for chunk in source:
-                if tape is not None:
-                    tape.add(chunk)
-                yield chunk
-            ended = True
-        finally:
-            if tape is not None:
-                tape.close(ended)
-
     meta = {"tenant": "default", "created": time.time(), "route": "/chat/completions", "model": "fake-model",
             "library_version": "none", "request": BODY}
     recorder = Recorder(work / "ws-path", RecordSettings(flush_s=3600.0))  # the hand-overs are made below
@@ -168,7 +156,8 @@ async def request_path(work: Path, streams: int, chunks: int, batch: int, rounds
                 spent = 0.0
                 for i, events in enumerate(bodies):
                     started, wall = time.thread_time(), time.perf_counter()  # the server takes `wall` too
-                    async for _ in served(relay(events), recorder.tape(meta, wall) if name == "recorded" else None):
+                    tape = recorder.tape(meta, wall) if name == "recorded" else None
+                    async for _ in relay_onto(relay(events), tape, lambda: None):  # the server's own relay loop
                         pass
                     if name == "recorded" and ((i + 1) % batch == 0 or i + 1 == streams):
                         handed = time.thread_time()

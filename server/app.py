@@ -25,7 +25,7 @@ from gym_tf.tenants import may_serve
 from gym_tf.traffic import DEFAULT_TENANT, key_id
 from server import feedback, proxy, schema
 from server.errors import OpenAIError
-from server.recording import Recorder
+from server.recording import Recorder, relay_onto
 from server.upstream import Upstream
 
 if TYPE_CHECKING:
@@ -239,22 +239,13 @@ def create_app(upstream: Upstream, store: RunStore, config: ServerConfig | None 
         meta = {"tenant": _tenant(request), "created": time.time(), "route": path, "model": body["model"],
                 "library_version": version.id, "request": asked} if recorder and recorder.active() else None
         if body.get("stream"):
-            async def events():
-                tape = recorder.tape(meta, start) if meta else None
-                ended = False
-                try:
-                    async for chunk in proxy.relay(proxy.stream(upstream, path, body), metrics.usage):
-                        if tape is not None:
-                            tape.add(chunk)
-                        yield chunk
-                    ended = True
-                finally:
-                    if tape is not None:
-                        tape.close(ended)
-                    metrics.latency.labels(path).observe(time.perf_counter() - start)
-                    metrics.requests.labels(path, "200").inc()
+            def finished() -> None:
+                metrics.latency.labels(path).observe(time.perf_counter() - start)
+                metrics.requests.labels(path, "200").inc()
 
-            return StreamingResponse(events(), media_type="text/event-stream",
+            events = relay_onto(proxy.relay(proxy.stream(upstream, path, body), metrics.usage),
+                                recorder.tape(meta, start) if meta else None, finished)
+            return StreamingResponse(events, media_type="text/event-stream",
                                      headers={**headers, "Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
         status, reply = await _unless_disconnected(request, proxy.complete(upstream, path, body))
         metrics.latency.labels(path).observe(time.perf_counter() - start)

@@ -30,7 +30,7 @@ import sys
 import time
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any
+from typing import Any, AsyncIterator, Callable
 
 from gym_tf.errors import UnknownChoice
 from gym_tf.traffic import Feedback, TrafficLog
@@ -201,8 +201,8 @@ class Tape:
     such as the openai SDK close the connection at [DONE], often before the upstream's own end arrives). A client
     gone mid-stream leaves nothing.
 
-    The server calls `add(chunk)` in its own relay loop (no generator of its own: a layer of async generator costs
-    every chunk of every stream more than all the rest of recording). The first chunk that names the response id
+    The server's relay loop (`relay_onto`) calls `add(chunk)`: a tape is no generator of its own, since a layer of
+    async generator costs every chunk of every stream more than all the rest of recording. The first chunk that names the response id
     opens the stream to feedback; from then on `add` is the list's own append."""
 
     def __init__(self, recorder: Recorder, meta: dict[str, Any], start: float):
@@ -230,6 +230,23 @@ class Tape:
             done = self.recorder.open_streams.pop(self.key, None)
             if done is not None:
                 done.set()
+
+
+async def relay_onto(events: AsyncIterator[bytes], tape: Tape | None,
+                     finished: Callable[[], None]) -> AsyncIterator[bytes]:
+    """The server's relay loop for a stream: each chunk onto the tape (when recording), then to the client; the tape
+    closed and `finished` called once the stream is over, however it ends."""
+    ended = False
+    try:
+        async for chunk in events:
+            if tape is not None:
+                tape.add(chunk)
+            yield chunk
+        ended = True
+    finally:
+        if tape is not None:
+            tape.close(ended)
+        finished()
 
 
 def _pythonpath() -> str:

@@ -14,7 +14,7 @@ from gym_tf.rollouts import build_messages
 from gym_tf.store import RunStore
 from gym_tf.traffic import Feedback, TrafficLog, problem_row, traffic_dataset
 from server import ServerConfig, create_app
-from server.recording import KILL_FILE, Recorder, RecordSettings
+from server.recording import KILL_FILE, Recorder, RecordSettings, relay_onto
 from server.upstream import Upstream
 from test_server import Running, received, start_fake
 
@@ -519,9 +519,18 @@ async def test_a_tape_opens_its_stream_to_feedback_at_the_id_and_keeps_only_comp
                 assert set(recorder.open_streams) == {("default", ident)}
             tape.close(ended)
             assert recorder.open_streams == {}
+
+        async def upstream():  # through the server's own relay loop: ended, so kept; finished called once
+            for chunk in [event("chatcmpl-relayed", "4"), event("chatcmpl-relayed", "2")]:
+                yield chunk
+
+        finished = []
+        relayed = [c async for c in relay_onto(upstream(), recorder.tape(meta, 0.0), lambda: finished.append(1))]
+        assert len(relayed) == 2 and finished == [1] and recorder.open_streams == {}
         await recorder.sync()
         kept = {row["response_id"]: row["answers"] for row in TrafficLog(tmp_path / "ws").exchanges("default")}
-        assert kept == {"chatcmpl-done": ["42"], "chatcmpl-ended": ["42"]} and recorder.dropped == 0
+        assert kept == {"chatcmpl-done": ["42"], "chatcmpl-ended": ["42"], "chatcmpl-relayed": ["42"]}
+        assert recorder.dropped == 0
     finally:
         recorder.close()
 
