@@ -202,8 +202,8 @@ class Tape:
     gone mid-stream leaves nothing.
 
     The server's relay loop (`relay_onto`) calls `add(chunk)`: a tape is no generator of its own, since a layer of
-    async generator costs every chunk of every stream more than all the rest of recording. The first chunk that names the response id
-    opens the stream to feedback; from then on `add` is the list's own append."""
+    async generator costs every chunk of every stream more than all the rest of recording. The first chunk that
+    names the response id opens the stream to feedback; from then on `add` is the list's own append."""
 
     def __init__(self, recorder: Recorder, meta: dict[str, Any], start: float):
         self.recorder, self.meta, self.start = recorder, meta, start
