@@ -64,23 +64,9 @@ async def one(client: httpx.AsyncClient, url: str) -> tuple[float, str]:
     return time.perf_counter() - start, ident
 
 
-async def arm(url: str, clients: int, per_client: int) -> tuple[list[float], list[str]]:
-    limits = httpx.Limits(max_connections=clients + 8, max_keepalive_connections=clients + 8)
-    async with httpx.AsyncClient(limits=limits, timeout=60) as client:
-        await one(client, url)  # warm the pool
-
-        async def worker():
-            return [await one(client, url) for _ in range(per_client)]
-
-        results = [r for batch in await asyncio.gather(*(worker() for _ in range(clients))) for r in batch]
-        for _, ident in results[:8]:  # feedback rides along, as in production
-            await client.post(f"{url}/feedback", json={"response_id": ident, "score": "up"})
-    return [r[0] for r in results], [r[1] for r in results]
-
-
-async def arms_together(urls: dict[str, str], clients: int, per_client: int, seed: int) -> dict[str, list[float]]:
-    """Every arm at the same moment, from one client process: each of `clients` workers sends the same request to
-    every arm at once, in an order shuffled per request, `per_client` times. Latencies are listed in that order in
+async def ask(urls: dict[str, str], clients: int, per_client: int, seed: int = 0) -> dict[str, list[float]]:
+    """One arm, or every arm at the same moment from one client process: each of `clients` workers sends the same
+    request to every arm at once, in an order shuffled per request, `per_client` times. Latencies are listed in that order in
     every arm, so the i-th of one arm and the i-th of another were asked at the same moment."""
     limits = httpx.Limits(max_connections=clients + 8, max_keepalive_connections=clients + 8)
     pools = {name: httpx.AsyncClient(limits=limits, timeout=60) for name in urls}
@@ -233,13 +219,13 @@ def main() -> None:
             urls["paused"], kill_file = urls["on"], work / "ws-on" / KILL_FILE
         latencies: dict[str, list[float]] = {name: [] for name, _ in arms}
         per_round: dict[str, list[float]] = {name: [] for name, _ in arms}  # each round's p50, for the paired CI
-        at_once: dict[str, list[float]] = {name: [] for name, _ in arms[1:]}  # each round's median difference
         sent_on = 0
         names = [name for name, _ in arms]
+        at_once: dict[str, list[float]] = {name: [] for name in names[1:]}  # each round's median difference
         for round_ in range(args.rounds):
             if args.together:
-                results = asyncio.run(arms_together({n: urls[n] for n in names}, args.streams,
-                                                    args.requests_per_client, seed=round_))
+                results = asyncio.run(ask({n: urls[n] for n in names}, args.streams, args.requests_per_client,
+                                          seed=round_))
                 for name in names[1:]:  # each request's difference from the off arm's asked at the same moment
                     at_once[name].append(statistics.median(a - b for a, b in zip(results[name], results["off"])) * 1000)
             else:  # one arm after another, in alternating order
@@ -248,7 +234,7 @@ def main() -> None:
                     if name in ("on", "paused") and kill_file.exists() != (name == "paused"):
                         kill_file.touch() if name == "paused" else kill_file.unlink()
                         time.sleep(1.2)  # the server looks at the switch at most once a second
-                    results[name] = asyncio.run(arm(urls[name], args.streams, args.requests_per_client))[0]
+                    results |= asyncio.run(ask({name: urls[name]}, args.streams, args.requests_per_client))
             for name, values in results.items():
                 latencies[name] += values
                 per_round[name].append(p(values, 50))
