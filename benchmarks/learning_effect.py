@@ -440,10 +440,11 @@ def across_families(rows: list[dict], policy: str = "0.5B") -> dict | None:
     # of those, where the most common answer given to every problem does as well (within noise)
     answered_alike = sorted(r["family"] for r in both
                             if r.get("mean_minus_constant") and r["mean_minus_constant"][1] <= 0)
+    others = [r for r in runs if r["family"] not in answered_alike]
     return {"policy": policy, "families": len(runs), "both": sorted(r["family"] for r in both),
             "constant_families": answered_alike,
-            "mean_diff_without_constant": over("diff", [r for r in runs if r["family"] not in answered_alike])
-            if answered_alike else None,
+            "mean_diff_without_constant": over("diff", others) if answered_alike else None,
+            "majority_diff_without_constant": over("majority_diff", others) if answered_alike else None,
             "gain": sorted(r["family"] for r in runs if r["diff"][1] > 0),
             "below": sorted(r["family"] for r in runs if r["diff"][0] < 0),
             "empty": sorted(r["family"] for r in runs if r["items"] == 0),
@@ -459,8 +460,10 @@ def across_text(summary: dict) -> str:
             f"{high:+.3f}, their mean {summary['mean_diff']}"
             + (f" ({summary['mean_diff_without_constant']} without {', '.join(summary['constant_families'])})"
                if summary.get("mean_diff_without_constant") else "")
-            + f", the votes' mean {summary['majority_diff']} "
-            f"(95% intervals of the mean over these families, resampling families)\n")
+            + f", the votes' mean {summary['majority_diff']}"
+            + (f" ({summary['majority_diff_without_constant']} without them)"
+               if summary.get("majority_diff_without_constant") else "")
+            + "; 95% intervals of the mean over these families, resampling families\n")
 
 
 def constant_caveat(summary: dict) -> str:
