@@ -66,8 +66,8 @@ async def one(client: httpx.AsyncClient, url: str) -> tuple[float, str]:
 
 async def ask(urls: dict[str, str], clients: int, per_client: int, seed: int = 0) -> dict[str, list[float]]:
     """One arm, or every arm at the same moment from one client process: each of `clients` workers sends the same
-    request to every arm at once, in an order shuffled per request, `per_client` times. Latencies are listed in that order in
-    every arm, so the i-th of one arm and the i-th of another were asked at the same moment."""
+    request to every arm at once, in an order shuffled per request, `per_client` times. Latencies are listed in that
+    order in every arm, so the i-th of one arm and the i-th of another were asked at the same moment."""
     limits = httpx.Limits(max_connections=clients + 8, max_keepalive_connections=clients + 8)
     pools = {name: httpx.AsyncClient(limits=limits, timeout=60) for name in urls}
     order = random.Random(seed)

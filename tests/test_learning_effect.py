@@ -84,7 +84,8 @@ def test_across_families_takes_each_familys_latest_row_at_the_defaults_and_resam
     assert f"({summary['mean_diff_without_constant']} without t)" in text
     votes = [r["majority_diff"][0] for r in (beyond, *rows[:4])]  # a, b, c, g: the 0.5B rows at the defaults
     assert summary["majority_diff_without_constant"].value == pytest.approx(sum(votes) / len(votes))
-    assert f"the votes' mean {summary['majority_diff']} ({summary['majority_diff_without_constant']} without them)" in text
+    without = summary["majority_diff_without_constant"]
+    assert f"the votes' mean {summary['majority_diff']} ({without} without them)" in text
     cell = bench.constant_cell(true_always, lambda e: f"{e[0]:+.3f}")
     assert cell == "-0.010 ('True' always: 0.700)" and bench.constant_cell(rows[0], None) == "not recorded"
 
