@@ -18,6 +18,7 @@ backend runs it for a larger model.
     python benchmarks/learning_effect.py --families leg_counting,gcd --out bench-out
     python benchmarks/learning_effect.py --families leg_counting,gcd --out bench-out --resume   # after a stop
     python benchmarks/learning_effect.py --screen --families dice,syllogism,spell_backward   # which to run
+    python benchmarks/learning_effect.py --archive bench-out/results.json --note "shared with a pip install"
     python benchmarks/learning_effect.py --families basic_arithmetic --base-url http://127.0.0.1:8000/v1
     python benchmarks/learning_effect.py --families chain_sum --learner-model-file qwen2.5-coder-1.5b-q4_k_m.gguf
     python benchmarks/learning_effect.py --families decimal_arithmetic --model-file qwen2.5-coder-1.5b-q4_k_m.gguf
@@ -56,6 +57,9 @@ DEFAULT_FAMILIES = "leg_counting,gcd,basic_arithmetic,time_intervals"
 # --seed values share an item seed), the probes from the far end of it
 SPLIT_SEED, PROBE_OFFSET, SCREEN_OFFSET = 1_000_000, 500_000, 750_000
 SCREEN_PROBLEMS = 8
+ARCHIVE = Path(__file__).resolve().parent / "results" / "learning_effect.json"
+README = Path(__file__).resolve().parents[1] / "README.md"
+TABLE_MARK = "<!-- learning-effect-table -->"
 AIMS = {"band": task_levels.AIM, "half": task_levels.FIRST_AIM}
 
 
@@ -411,6 +415,27 @@ def markdown(rows: list[dict]) -> str:
         f"{r['learning_tokens']:,} | {wall(r)} |\n" for r in rows)
 
 
+def archive(runs: list[dict], note: str | None, archive_path: Path = ARCHIVE, readme: Path = README) -> str:
+    """Record finished runs (rows of their results.json): newest first in the archive, with `note` (what else shared
+    the CPU) in their wall column; their lines at the top of the README's table, and the README's across-families
+    line rewritten to count them. Returns the new across-families line."""
+    rows = json.loads(archive_path.read_text(encoding="utf-8"))
+    text = readme.read_text(encoding="utf-8")
+    before = across_text(across_families(rows)).strip()
+    if before not in text:
+        raise ConfigError(f"{readme} does not state the archive's across-families line; fix it before archiving")
+    added = [r | {"note": note} if note else r for r in runs]
+    rows = added + rows
+    lines = markdown(added).splitlines(keepends=True)[2:]
+    head, table = text.split(TABLE_MARK + "\n", 1)
+    columns = "".join(table.splitlines(keepends=True)[:2])
+    after = across_text(across_families(rows)).strip()
+    text = head + TABLE_MARK + "\n" + columns + "".join(lines) + table[len(columns):]
+    readme.write_text(text.replace(before, after), encoding="utf-8")
+    archive_path.write_text(json.dumps(rows, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+    return after
+
+
 def constant_cell(r: dict, ci) -> str:
     """The learned arm against the most common test answer given to every problem: what it scores, and the paired
     difference ("not recorded" for runs before 2026-11-27)."""
@@ -559,6 +584,10 @@ def arguments() -> argparse.ArgumentParser:
                         help="run nothing but a screen of --families: each one's easiest level, "
                              f"{SCREEN_PROBLEMS} problems x 2 answers, no library (solved, mean reward, answers cut at "
                              "the token cap), to choose families the model can learn from")
+    parser.add_argument("--archive", type=Path, nargs="+", metavar="JSON",
+                        help="run nothing: add finished runs (their results.json) to benchmarks/results/"
+                             "learning_effect.json and the README's table and across-families line")
+    parser.add_argument("--note", help="with --archive: what else shared the CPU, for the wall column")
     parser.add_argument("--plot", type=Path,
                         help="with --report: each run's intervals against no library and its vote, as a PNG")
     return parser
@@ -571,6 +600,10 @@ def main() -> None:
         parser.error("--plot draws the runs named by --report")
     if args.model_file and args.base_url:
         parser.error("--model-file runs the policy on the embedded engine; --base-url names a server: give one")
+    if args.archive:
+        runs = [r for path in args.archive for r in json.loads(path.read_text(encoding="utf-8"))]
+        print(archive(runs, args.note))
+        return
     if args.report:
         rows = [r for path in args.report for r in report_rows(json.loads(path.read_text(encoding="utf-8")))]
         print(markdown(rows), end="")

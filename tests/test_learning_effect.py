@@ -24,8 +24,8 @@ def bench():
     return module
 
 
-def readme_table() -> list[str]:
-    text = (ROOT / "README.md").read_text(encoding="utf-8")
+def readme_table(readme: Path = ROOT / "README.md") -> list[str]:
+    text = readme.read_text(encoding="utf-8")
     lines = text[text.index("<!-- learning-effect-table -->"):].splitlines()[1:]
     return lines[:next(i for i, line in enumerate(lines) if not line.startswith("|"))]
 
@@ -93,6 +93,29 @@ def test_across_families_takes_each_familys_latest_row_at_the_defaults_and_resam
 def test_the_readme_states_what_the_archive_says_across_families(bench):
     summary = bench.across_families(json.loads(ARCHIVE.read_text(encoding="utf-8")))
     assert bench.across_text(summary).strip() in (ROOT / "README.md").read_text(encoding="utf-8")
+
+
+def test_archiving_a_run_puts_it_first_in_the_archive_and_the_readmes_table_and_recounts_the_families(bench, tmp_path):
+    archive, readme = tmp_path / "learning_effect.json", tmp_path / "README.md"
+    archive.write_text(ARCHIVE.read_text(encoding="utf-8"), encoding="utf-8")
+    readme.write_text((ROOT / "README.md").read_text(encoding="utf-8"), encoding="utf-8")
+    before = bench.across_families(json.loads(archive.read_text(encoding="utf-8")))
+    run = json.loads(ARCHIVE.read_text(encoding="utf-8"))[0] | {"family": "a_new_family", "seed": "99"}
+    after = bench.archive([run], "shared with a pip install", archive, readme)
+
+    rows = json.loads(archive.read_text(encoding="utf-8"))
+    assert rows[0] == run | {"note": "shared with a pip install"} and rows[1:] == json.loads(ARCHIVE.read_text(encoding="utf-8"))
+    table = readme_table(readme)
+    assert table[2] == bench.markdown(rows[:1]).splitlines()[2] and table[2].endswith("shared with a pip install |")
+    assert table[:2] + table[3:] == readme_table()
+    assert bench.across_families(rows)["families"] == before["families"] + 1
+    text = readme.read_text(encoding="utf-8")
+    assert after in text and bench.across_text(before).strip() not in text
+    # a README that no longer states the archive's count is refused, and nothing is written
+    readme.write_text((ROOT / "README.md").read_text(encoding="utf-8"), encoding="utf-8")
+    with pytest.raises(bench.ConfigError, match="across-families line"):
+        bench.archive([run], None, archive, readme)
+    assert json.loads(archive.read_text(encoding="utf-8")) == rows
 
 
 def test_the_plot_draws_every_run_once_and_stars_the_runs_of_an_earlier_rule_or_another_setting(bench, tmp_path):
