@@ -267,10 +267,15 @@ async def screen(families: list[str], args: argparse.Namespace, out: Path) -> li
     try:
         for family in families:
             needed = args.train + args.val + args.test + AIMS[args.level_aim].problems  # as the run's probe counts
-            levels = range(task_levels.max_level(family) + 1) if task_levels.has_levels(family) else ()
-            level = next((n for n in levels if task_levels.has_problems(family, n, needed, seed)), None)
             path = out / f"screen-{family}.jsonl"
-            task_levels.write(family, SCREEN_PROBLEMS, seed, path, level)
+            try:
+                levels = range(task_levels.max_level(family) + 1) if task_levels.has_levels(family) else ()
+                level = next((n for n in levels if task_levels.has_problems(family, n, needed, seed)), None)
+                task_levels.write(family, SCREEN_PROBLEMS, seed, path, level)
+            except task_levels.GenerationError as error:  # reported with the others, the screen goes on
+                found.append({"family": family, "error": str(error)})
+                print(f"{family}: {error}", flush=True)
+                continue
             report = await evaluate(backend, load_dataset(str(path)), load_reward(task_levels.REWARD), 2, sampling,
                                     seed=seed)
             answers = [r for group in report.rollouts.values() for r in group]
@@ -624,7 +629,8 @@ def main() -> None:
     for family in args.families.split(","):
         try:
             rows.append(asyncio.run(one_family(family, args, args.out)))
-        except (ConfigError, StoreError) as error:  # other settings, or a run another process holds
+        except (ConfigError, StoreError, task_levels.GenerationError) as error:  # other settings, a run another
+            # process holds, a family reasoning-gym cannot make or gym-tf cannot grade
             parser.exit(2, f"{parser.prog}: error: {error}\n")
         table = markdown(rows)
         (args.out / "results.md").write_text(table, encoding="utf-8")

@@ -78,7 +78,8 @@ def level_config(family: str, level: int) -> dict[str, Any]:
 
 
 class GenerationError(RuntimeError):
-    """reasoning-gym could not make a family's problems (an unknown family, a generator that failed)."""
+    """reasoning-gym could not make a family's problems (an unknown family, a generator that failed, a grader that
+    fails its own answers)."""
 
 
 def rows(family: str, size: int, seed: int, level: int | None = None) -> list[dict[str, str]]:
@@ -94,16 +95,26 @@ def rows(family: str, size: int, seed: int, level: int | None = None) -> list[di
 
 
 def _made(family: str, size: int, seed: int, level: int | None) -> list[list[str]]:
-    """Each problem's question, answer and entry (what the grader reads), as text."""
+    """Each problem's question, answer and entry (what the grader reads), as text. A family whose grader does not
+    give its own answer full marks once the entry is stored is refused here, before anything is sampled: every
+    answer would be graded wrong."""
     import reasoning_gym
+
+    from rewards.reasoning_gym import entry, entry_text, reference_grade
 
     try:
         settings = level_config(family, level) if level is not None else {}
-        return [[e["question"], str(e["answer"]), json.dumps(e, default=str)]
+        made = [[e["question"], str(e["answer"]), entry_text(e)]
                 for e in reasoning_gym.create_dataset(family, size=size, seed=seed, **settings)]
+        grades = [reference_grade(family, entry(text)) for _, _, text in made]
     except Exception as error:
         raise GenerationError(f"reasoning-gym could not make {family} problems: {type(error).__name__}: "
                               f"{error}") from error
+    for i, grade in enumerate(grades):
+        if grade is not None and grade < 1:
+            raise GenerationError(f"reasoning-gym could not make {family} problems gym-tf can grade: its grader "
+                                  f"gives problem {i}'s own answer {made[i][1][:40]!r} {grade:.2f}")
+    return made
 
 
 # The child's stdout is its reply: what a generator prints (codeio does) goes to stderr. -P: the gym_tf of PYTHONPATH,

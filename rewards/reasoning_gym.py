@@ -5,6 +5,11 @@ Rows carry `rg_task` (the generator's name) and `rg_entry` (the generated entry 
 The solve prompt asks for `\\boxed{}`, so models answer in LaTeX, which some graders cannot read: coin_flip's grader
 takes "1/8" or "0.125" but scores `\\frac{1}{8}` 0. An answer is graded as written and as plain text (`plain`), and
 keeps the better grade: the grader still decides what is right.
+
+An entry is stored as JSON text, which has no tuples: arc_agi's and rearc's graders compare the answer with a tuple
+grid in the entry and scored their own reference answers 0.05 once it came back as lists. `entry_text` keeps a tuple
+as `{"__tuple__": [...]}`, and `entry` turns it back. A row whose grader does not give its own reference answer
+full marks cannot grade the model's: `reference_grade` is what `score` checks (and the benchmark, before sampling).
 """
 
 from __future__ import annotations
@@ -54,14 +59,46 @@ def _grouped(term: str) -> str:
     return term if re.fullmatch(r"[\w.]+", term) else f"({term})"
 
 
+_TUPLE = "__tuple__"
+
+
+def entry_text(generated: dict) -> str:
+    """A generated entry as JSON, its tuples kept (see above); what JSON cannot hold is written as text."""
+    def kept(value: Any) -> Any:
+        if isinstance(value, tuple):
+            return {_TUPLE: [kept(v) for v in value]}
+        if isinstance(value, list):
+            return [kept(v) for v in value]
+        if isinstance(value, dict):
+            return {k: kept(v) for k, v in value.items()}
+        return value
+
+    return json.dumps(kept(generated), default=str)
+
+
+def entry(text: str) -> dict:
+    """The entry `entry_text` wrote (or plain JSON), as the grader reads it."""
+    return json.loads(text, object_hook=lambda d: tuple(d[_TUPLE]) if d.keys() == {_TUPLE} else d)
+
+
+def reference_grade(rg_task: str, generated: dict) -> float | None:
+    """The grade the task's grader gives the entry's own answer; None where the entry has none (graders that check an
+    answer's validity, such as graph_color's, have no single answer). An exception is the row's, and is raised."""
+    if generated.get("answer") is None:
+        return None
+    return float(_grader(rg_task)(str(generated["answer"]), generated))
+
+
 def score(completions: list[str], rg_task: str, rg_entry: str, **_: Any) -> list[float]:
-    """Each completion's grade. The row must grade its own reference answer: a failure there is the row's (or the
+    """Each completion's grade. The row must grade its own reference answer 1: a failure there is the row's (or the
     grader's) and is raised. An answer the grader fails to read scores 0: some graders raise on free text instead of
     scoring it (prime_factorization's int() of "So, the prime factorization ..." stopped a whole run)."""
-    entry = json.loads(rg_entry)
+    generated = entry(rg_entry)
+    reference = reference_grade(rg_task, generated)
+    if reference is not None and reference < 1:
+        raise ValueError(f"{rg_task}'s grader gives this row's own answer {reference:.2f}, so it cannot grade others")
     grade = _grader(rg_task)
-    grade(str(entry["answer"]), entry)
-    return [_graded(grade, final_answer(c), entry) for c in completions]
+    return [_graded(grade, final_answer(c), generated) for c in completions]
 
 
 def _graded(grade: Callable[[str, dict], float], answer: str, entry: dict) -> float:

@@ -205,10 +205,12 @@ def test_the_screen_probes_each_familys_easiest_level_that_fills_the_splits(benc
         return next(backends)
 
     monkeypatch.setattr(bench, "make_backend", fake_backend)
-    found = asyncio.run(bench.screen(["leg_counting", "coin_flip"], args, tmp_path))
+    found = asyncio.run(bench.screen(["leg_counting", "no_such_family", "coin_flip"], args, tmp_path))
+    assert found[1]["family"] == "no_such_family" and "could not make no_such_family" in found[1]["error"]
+    found = [found[0], found[2]]  # one family reasoning-gym cannot make is reported, and the screen goes on
     assert [(f["family"], f["level"], f["answers"]) for f in found] == [("leg_counting", 0, 16), ("coin_flip", 5, 16)]
     assert found[0]["solved"] == found[0]["mean_reward"] == 1.0 and found[0]["cut"] == 0.0
-    assert json.loads((tmp_path / "screen.json").read_text()) == found
+    assert [f for f in json.loads((tmp_path / "screen.json").read_text()) if "error" not in f] == found
 
 
 def test_a_row_records_the_epochs_its_run_learned_for(bench):

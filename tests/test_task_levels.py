@@ -222,6 +222,44 @@ def test_an_answer_the_grader_cannot_read_scores_zero_and_a_broken_row_is_raised
         score(answers, row["rg_task"], broken)
 
 
+def test_a_grid_familys_entry_keeps_its_tuples_so_its_grader_still_gives_its_own_answer_full_marks():
+    """arc_agi's and rearc's graders compare with a tuple grid in the entry: stored as plain JSON (lists), the
+    grader gave the reference answer itself 0.05, and every right answer of a run would have been graded wrong.
+    Real generator, real grader, through the stored row."""
+    from rewards.reasoning_gym import entry, entry_text, reference_grade, score
+
+    for row in task_levels.rows("rearc", 3, 123, 0):
+        right = row["answer"]
+        assert "\n" in right  # a grid, one row per line
+        full, cut = score([f"The output grid:\n\\boxed{{{right}}}", f"\\boxed{{{right[:-8]}}}"], "rearc",
+                          row["rg_entry"])
+        assert full == 1.0 and cut < 1
+        as_lists = json.loads(row["rg_entry"], object_hook=lambda d: d.get("__tuple__", d))
+        assert reference_grade("rearc", as_lists) < 1 == reference_grade("rearc", entry(row["rg_entry"]))
+    nested = {"grid": ((1, 2), (3, 4)), "mixed": [(5,), {"t": (6, [7])}], "text": "(1, 2)", "none": None}
+    assert entry(entry_text(nested)) == nested
+    assert entry(json.dumps({"plain": [1, 2]})) == {"plain": [1, 2]}  # rows written before the tuples were kept
+
+
+def test_a_family_whose_grader_fails_its_own_answer_is_refused_before_anything_is_sampled(monkeypatch):
+    """Where the grader gives the entry's own answer less than full marks, no answer of the model can be graded
+    right: the family is refused when its problems are made (the benchmark reports it and goes on), and a row
+    already written is refused by the reward. Families whose entries carry no answer (the grader checks validity)
+    are graded as before."""
+    import rewards.reasoning_gym as rg
+
+    row = task_levels.rows("leg_counting", 1, 7, 0)[0]
+    monkeypatch.setattr(rg, "_grader", lambda task: lambda answer, entry: 0.5)
+    with pytest.raises(task_levels.GenerationError, match=r"leg_counting problems gym-tf can grade: its grader gives "
+                                                          r"problem 0's own answer '\d+' 0\.50"):
+        task_levels._made("leg_counting", 2, 7, 0)
+    with pytest.raises(ValueError, match="gives this row's own answer 0.50, so it cannot grade others"):
+        rg.score([f"\\boxed{{{row['answer']}}}"], "leg_counting", row["rg_entry"])
+    no_answer = json.dumps({**json.loads(row["rg_entry"]), "answer": None})
+    assert rg.reference_grade("leg_counting", json.loads(no_answer)) is None
+    assert rg.score(["\\boxed{3}"], "leg_counting", no_answer) == [0.5]
+
+
 def test_an_answer_in_latex_is_graded_as_plain_text_too():
     """The solve prompt asks for \\boxed{}, so the model writes \\frac{1}{8}; coin_flip's grader reads "1/8" and
     "0.125" but scored the LaTeX 0, right answers counted as wrong. Graded by the real graders: a LaTeX fraction of
