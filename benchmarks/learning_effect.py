@@ -625,17 +625,22 @@ def main() -> None:
             parser.error("--screen probes reasoning-gym families; quickstart has no levels to screen")
         asyncio.run(screen(args.families.split(","), args, args.out))
         return
-    rows = []
+    rows, unmade = [], []
     for family in args.families.split(","):
         try:
             rows.append(asyncio.run(one_family(family, args, args.out)))
-        except (ConfigError, StoreError, task_levels.GenerationError) as error:  # other settings, a run another
-            # process holds, a family reasoning-gym cannot make or gym-tf cannot grade
+        except task_levels.GenerationError as error:  # a family reasoning-gym cannot make or gym-tf cannot grade:
+            print(f"{parser.prog}: {family} not run: {error}", file=sys.stderr, flush=True)  # the others still run
+            unmade.append(family)
+            continue
+        except (ConfigError, StoreError) as error:  # other settings, or a run another process holds
             parser.exit(2, f"{parser.prog}: error: {error}\n")
         table = markdown(rows)
         (args.out / "results.md").write_text(table, encoding="utf-8")
         (args.out / "results.json").write_text(json.dumps(rows, indent=2), encoding="utf-8")
         print(table, flush=True)
+    if unmade:
+        parser.exit(2, f"{parser.prog}: error: not run: {', '.join(unmade)} (above)\n")
 
 
 if __name__ == "__main__":

@@ -6,6 +6,7 @@ import importlib.util
 import json
 import platform
 import re
+import sys
 from pathlib import Path
 
 import pytest
@@ -330,6 +331,30 @@ def test_a_stopped_benchmark_resumes_where_it_stopped_and_ends_as_an_uninterrupt
     assert done.calls == []
     with pytest.raises(ConfigError, match=r"comparison.json was made with other settings \(k\)"):
         run("stopped", ScriptedBackend(gold), "--resume", "-k", "4")
+
+
+def test_a_family_that_cannot_be_made_is_reported_and_the_other_families_still_run(bench, tmp_path, monkeypatch,
+                                                                                    capsys):
+    """knight_swap's generator fails at every level (reasoning-gym 0.1.25): a benchmark of several families names it,
+    runs the rest, writes their table, and exits with an error."""
+    from fakes import ScriptedBackend
+    from gym_tf.datasets import load_dataset
+
+    gold = {p.problem: p.answer for p in load_dataset("quickstart")}
+
+    async def fake_backend(config):
+        return ScriptedBackend(gold)
+
+    monkeypatch.setattr(bench, "make_backend", fake_backend)
+    monkeypatch.setattr(sys, "argv", ["learning_effect.py", "--families", "knight_swap,quickstart", "--epochs", "1",
+                                      "-k", "2", "--val-samples", "1", "--out", str(tmp_path)])
+    with pytest.raises(SystemExit) as stopped:
+        bench.main()
+    assert stopped.value.code == 2
+    err = capsys.readouterr().err
+    assert "knight_swap not run: reasoning-gym could not make knight_swap problems: AssertionError" in err
+    assert "error: not run: knight_swap" in err
+    assert [r["family"] for r in json.loads((tmp_path / "results.json").read_text())] == ["quickstart"]
 
 
 def test_a_resumed_run_tests_the_splits_it_started_on_and_a_new_run_draws_them(bench, tmp_path, monkeypatch):
