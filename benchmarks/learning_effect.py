@@ -30,6 +30,7 @@ import argparse
 import asyncio
 import dataclasses
 import json
+import re
 import sys
 import time
 from pathlib import Path
@@ -429,7 +430,8 @@ def archive(runs: list[dict], note: str | None, archive_path: Path = ARCHIVE, re
     before = across_text(across_families(rows)).strip()
     if before not in text:
         raise ConfigError(f"{readme} does not state the archive's across-families line; fix it before archiving")
-    added = [r | {"note": note} if note else r for r in runs]
+    added = [r | {"model": model_size(r["model"]), "learner": model_size(r["learner"])} | ({"note": note} if note else {})
+             for r in runs]
     rows = added + rows
     lines = markdown(added).splitlines(keepends=True)[2:]
     head, table = text.split(TABLE_MARK + "\n", 1)
@@ -439,6 +441,13 @@ def archive(runs: list[dict], note: str | None, archive_path: Path = ARCHIVE, re
     readme.write_text(text.replace(before, after), encoding="utf-8")
     archive_path.write_text(json.dumps(rows, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
     return after
+
+
+def model_size(name: str) -> str:
+    """A model as the table names it, by its size ("qwen2.5-coder-0.5b-instruct-q4" is the 0.5B); other names as
+    they are."""
+    size = re.search(r"(?<![\d.])(\d+(?:\.\d+)?)b(?![a-z])", name.lower())
+    return f"{size[1]}B" if size else name
 
 
 def constant_cell(r: dict, ci) -> str:

@@ -101,17 +101,20 @@ def test_archiving_a_run_puts_it_first_in_the_archive_and_the_readmes_table_and_
     archive.write_text(ARCHIVE.read_text(encoding="utf-8"), encoding="utf-8")
     readme.write_text((ROOT / "README.md").read_text(encoding="utf-8"), encoding="utf-8")
     before = bench.across_families(json.loads(archive.read_text(encoding="utf-8")))
-    run = json.loads(ARCHIVE.read_text(encoding="utf-8"))[0] | {"family": "a_new_family", "seed": "99"}
+    run = json.loads(ARCHIVE.read_text(encoding="utf-8"))[0] | {
+        "family": "a_new_family", "seed": "99", "model": "qwen2.5-coder-0.5b-instruct-q4", "learner": "0.5B"}
     after = bench.archive([run], "shared with a pip install", archive, readme)
 
     rows = json.loads(archive.read_text(encoding="utf-8"))
-    assert rows[0] == run | {"note": "shared with a pip install"} and rows[1:] == json.loads(ARCHIVE.read_text(encoding="utf-8"))
+    assert rows[0] == run | {"model": "0.5B", "note": "shared with a pip install"} and rows[1:] == json.loads(ARCHIVE.read_text(encoding="utf-8"))
     table = readme_table(readme)
     assert table[2] == bench.markdown(rows[:1]).splitlines()[2] and table[2].endswith("shared with a pip install |")
     assert table[:2] + table[3:] == readme_table()
     assert bench.across_families(rows)["families"] == before["families"] + 1
     text = readme.read_text(encoding="utf-8")
     assert after in text and bench.across_text(before).strip() not in text
+    assert [bench.model_size(n) for n in ("qwen2.5-coder-1.5b-instruct-q4_k_m", "my-model", "gpt-4o")] == [
+        "1.5B", "my-model", "gpt-4o"]
     # a README that no longer states the archive's count is refused, and nothing is written
     readme.write_text((ROOT / "README.md").read_text(encoding="utf-8"), encoding="utf-8")
     with pytest.raises(bench.ConfigError, match="across-families line"):
