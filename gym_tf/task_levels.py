@@ -37,6 +37,9 @@ from gym_tf.errors import ConfigError
 from gym_tf.evaluate import evaluate
 
 REWARD = "rewards.reasoning_gym:score"
+# the answer column of a problem whose grader checks an answer's validity (graph_color, rubiks_cube, ...): the learner
+# reads it as the reference answer, which was the word "None"
+NO_SINGLE_ANSWER = "any answer the grader accepts (this problem has no single answer)"
 
 
 @dataclass(frozen=True)
@@ -104,7 +107,7 @@ def _made(family: str, size: int, seed: int, level: int | None) -> list[list[str
 
     try:
         settings = level_config(family, level) if level is not None else {}
-        made = [[e["question"], str(e["answer"]), entry_text(e)]
+        made = [[e["question"], NO_SINGLE_ANSWER if e["answer"] is None else str(e["answer"]), entry_text(e)]
                 for e in reasoning_gym.create_dataset(family, size=size, seed=seed, **settings)]
         grades = [reference_grade(family, entry(text)) for _, _, text in made]
     except Exception as error:

@@ -255,6 +255,8 @@ def test_a_family_whose_grader_fails_its_own_answer_is_refused_before_anything_i
         task_levels._made("leg_counting", 2, 7, 0)
     with pytest.raises(ValueError, match="gives this row's own answer 0.50, so it cannot grade others"):
         rg.score([f"\\boxed{{{row['answer']}}}"], "leg_counting", row["rg_entry"])
+    graph = task_levels.rows("graph_color", 1, 7, 0)[0]  # a real family whose entries carry no answer
+    assert graph["answer"] == task_levels.NO_SINGLE_ANSWER and json.loads(graph["rg_entry"])["answer"] is None
     no_answer = json.dumps({**json.loads(row["rg_entry"]), "answer": None})
     assert rg.reference_grade("leg_counting", json.loads(no_answer)) is None
     assert rg.score(["\\boxed{3}"], "leg_counting", no_answer) == [0.5]
