@@ -424,30 +424,35 @@ def markdown(rows: list[dict]) -> str:
 def archive(runs: list[dict], note: str | None, archive_path: Path = ARCHIVE, readme: Path = README) -> str:
     """Record finished runs (rows of their results.json): newest first in the archive, with `note` (what else shared
     the CPU) in their wall column; their lines at the top of the README's table, and the README's across-families
-    line rewritten to count them. Returns the new across-families line."""
+    line rewritten to count them. Returns the new across-families line. A run already archived is refused."""
     rows = json.loads(archive_path.read_text(encoding="utf-8"))
     text = readme.read_text(encoding="utf-8")
-    before = across_text(across_families(rows)).strip()
-    if before not in text:
-        raise ConfigError(f"{readme} does not state the archive's across-families line; fix it before archiving")
+    before = across_families(rows)
+    if TABLE_MARK + "\n" not in text or before is None or across_text(before).strip() not in text:
+        raise ConfigError(f"{readme} does not hold the archive's table ({TABLE_MARK}) and across-families line; "
+                          "fix it before archiving")
+    note = note and " ".join(note.replace("|", "/").split())  # one table cell
     added = [r | {"model": model_size(r["model"]), "learner": model_size(r["learner"])} | ({"note": note} if note else {})
              for r in runs]
+    kept = [{k: v for k, v in r.items() if k != "note"} for r in rows]
+    if again := [r["family"] for r in added if {k: v for k, v in r.items() if k != "note"} in kept]:
+        raise ConfigError(f"already archived: {', '.join(again)}")
     rows = added + rows
-    lines = markdown(added).splitlines(keepends=True)[2:]
     head, table = text.split(TABLE_MARK + "\n", 1)
     columns = "".join(table.splitlines(keepends=True)[:2])
-    after = across_text(across_families(rows)).strip()
+    lines = markdown(added).splitlines(keepends=True)[2:]
     text = head + TABLE_MARK + "\n" + columns + "".join(lines) + table[len(columns):]
-    readme.write_text(text.replace(before, after), encoding="utf-8")
+    after = across_text(across_families(rows)).strip()
     archive_path.write_text(json.dumps(rows, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+    readme.write_text(text.replace(across_text(before).strip(), after), encoding="utf-8")
     return after
 
 
 def model_size(name: str) -> str:
-    """A model as the table names it, by its size ("qwen2.5-coder-0.5b-instruct-q4" is the 0.5B); other names as
-    they are."""
-    size = re.search(r"(?<![\d.])(\d+(?:\.\d+)?)b(?![a-z])", name.lower())
-    return f"{size[1]}B" if size else name
+    """A model as the table names it, by its size ("qwen2.5-coder-0.5b-instruct-q4" is the 0.5B); other names, and
+    names with no one size ("mixtral-8x7b"), as they are."""
+    sizes = re.findall(r"(?<![\d.x])(\d+(?:\.\d+)?)b(?![a-z])", Path(name).name.lower())
+    return f"{sizes[-1]}B" if len(sizes) == 1 else name
 
 
 def constant_cell(r: dict, ci) -> str:
@@ -616,7 +621,10 @@ def main() -> None:
         parser.error("--model-file runs the policy on the embedded engine; --base-url names a server: give one")
     if args.archive:
         runs = [r for path in args.archive for r in json.loads(path.read_text(encoding="utf-8"))]
-        print(archive(runs, args.note))
+        try:
+            print(archive(runs, args.note))
+        except ConfigError as error:
+            parser.exit(2, f"{parser.prog}: error: {error}\n")
         return
     if args.report:
         rows = [r for path in args.report for r in report_rows(json.loads(path.read_text(encoding="utf-8")))]

@@ -98,9 +98,9 @@ def rows(family: str, size: int, seed: int, level: int | None = None) -> list[di
 
 
 def _made(family: str, size: int, seed: int, level: int | None) -> list[list[str]]:
-    """Each problem's question, answer and entry (what the grader reads), as text. A family whose grader does not
-    give its own answer full marks once the entry is stored is refused here, before anything is sampled: every
-    answer would be graded wrong."""
+    """Each problem's question, answer and entry (what the grader reads), as text. A problem whose grader does not
+    give its own answer full marks once the entry is stored is left out (no answer of the model could be graded
+    right), and a family with no other problem is refused here, before anything is sampled."""
     import reasoning_gym
 
     from rewards.reasoning_gym import entry, entry_text, reference_grade
@@ -113,11 +113,15 @@ def _made(family: str, size: int, seed: int, level: int | None) -> list[list[str
     except Exception as error:
         raise GenerationError(f"reasoning-gym could not make {family} problems: {type(error).__name__}: "
                               f"{error}") from error
-    for i, grade in enumerate(grades):
-        if grade is not None and grade < 1:
-            raise GenerationError(f"reasoning-gym could not make {family} problems gym-tf can grade: its grader "
-                                  f"gives problem {i}'s own answer {made[i][1][:40]!r} {grade:.2f}")
-    return made
+    failed = {i for i, grade in enumerate(grades) if grade is not None and grade < 1}
+    if made and len(failed) == len(made):
+        first = min(failed)
+        raise GenerationError(f"reasoning-gym could not make {family} problems gym-tf can grade: its grader "
+                              f"gives problem {first}'s own answer {made[first][1][:40]!r} {grades[first]:.2f}")
+    if failed:
+        print(f"{family}: {len(failed)} of {len(made)} problems left out: the grader gives their own answers less "
+              "than full marks", file=sys.stderr)
+    return [row for i, row in enumerate(made) if i not in failed]
 
 
 # The child's stdout is its reply: what a generator prints (codeio does) goes to stderr. -P: the gym_tf of PYTHONPATH,
@@ -222,12 +226,18 @@ async def calibrate(backend: Backend, family: str, seed: int, sampling: Sampling
     rates: dict[int, float] = {}
     too_few: list[int] = []
     tokens = 0
+    unmade: GenerationError | None = None
     for level in range(top + 1):
-        if needed and not has_problems(family, level, needed + aim.problems, seed):
-            too_few.append(level)
-            continue
         path = folder / f"probe-level{level}.jsonl"
-        write(family, aim.problems, seed, path, level)
+        try:
+            if needed and not has_problems(family, level, needed + aim.problems, seed):
+                too_few.append(level)
+                continue
+            write(family, aim.problems, seed, path, level)
+        except GenerationError as error:  # a level the generator fails at: the others may work, probes stay paid for
+            print(f"{family}: level {level} passed over: {error}", file=sys.stderr)
+            unmade = error
+            continue
         report = await evaluate(backend, load_dataset(str(path)), reward, samples, sampling, seed=seed)
         # fully right answers only: a worked example needs one, and partial credit (gcd's grader gives some to
         # any number) made a level look learnable where no answer was right
@@ -238,6 +248,8 @@ async def calibrate(backend: Backend, family: str, seed: int, sampling: Sampling
             on_probe(level, rates[level])
         if not keep_climbing(rates, top, aim) or len(rates) >= aim.max_probes:
             break
+    if not rates and unmade:
+        raise unmade
     if not rates:
         raise ConfigError(f"{family}: no level from 0 to {top} makes {needed} distinct problems for the splits "
                           f"besides the probe's {aim.problems}: ask for fewer")

@@ -103,23 +103,33 @@ def test_archiving_a_run_puts_it_first_in_the_archive_and_the_readmes_table_and_
     before = bench.across_families(json.loads(archive.read_text(encoding="utf-8")))
     run = json.loads(ARCHIVE.read_text(encoding="utf-8"))[0] | {
         "family": "a_new_family", "seed": "99", "model": "qwen2.5-coder-0.5b-instruct-q4", "learner": "0.5B"}
-    after = bench.archive([run], "shared with a pip install", archive, readme)
+    after = bench.archive([run], "shared with | a pip\ninstall", archive, readme)
 
     rows = json.loads(archive.read_text(encoding="utf-8"))
-    assert rows[0] == run | {"model": "0.5B", "note": "shared with a pip install"} and rows[1:] == json.loads(ARCHIVE.read_text(encoding="utf-8"))
+    assert rows[0] == run | {"model": "0.5B", "note": "shared with / a pip install"} and rows[1:] == json.loads(ARCHIVE.read_text(encoding="utf-8"))
     table = readme_table(readme)
-    assert table[2] == bench.markdown(rows[:1]).splitlines()[2] and table[2].endswith("shared with a pip install |")
+    assert table[2] == bench.markdown(rows[:1]).splitlines()[2] and table[2].endswith("shared with / a pip install |")
     assert table[:2] + table[3:] == readme_table()
     assert bench.across_families(rows)["families"] == before["families"] + 1
     text = readme.read_text(encoding="utf-8")
     assert after in text and bench.across_text(before).strip() not in text
-    assert [bench.model_size(n) for n in ("qwen2.5-coder-1.5b-instruct-q4_k_m", "my-model", "gpt-4o")] == [
-        "1.5B", "my-model", "gpt-4o"]
-    # a README that no longer states the archive's count is refused, and nothing is written
+    # the same run again is refused, whatever its note; so is a README that no longer states the archive's count;
+    # neither writes anything
+    with pytest.raises(bench.ConfigError, match="already archived: a_new_family"):
+        bench.archive([run], "another note", archive, readme)
     readme.write_text((ROOT / "README.md").read_text(encoding="utf-8"), encoding="utf-8")
     with pytest.raises(bench.ConfigError, match="across-families line"):
-        bench.archive([run], None, archive, readme)
+        bench.archive([run | {"seed": "100"}], None, archive, readme)
     assert json.loads(archive.read_text(encoding="utf-8")) == rows
+    assert readme.read_text(encoding="utf-8") == (ROOT / "README.md").read_text(encoding="utf-8")
+
+
+@pytest.mark.parametrize("name, size", [("qwen2.5-coder-0.5b-instruct-q4", "0.5B"),
+                                        ("/models/qwen2.5-coder-1.5b-instruct-q4_k_m.gguf", "1.5B"),
+                                        ("/models/7b/qwen2.5-coder-0.5b.gguf", "0.5B"),
+                                        ("mixtral-8x7b", "mixtral-8x7b"), ("gpt-4o", "gpt-4o")])
+def test_the_archive_names_a_model_by_its_size_where_its_name_gives_one(bench, name, size):
+    assert bench.model_size(name) == size
 
 
 def test_the_plot_draws_every_run_once_and_stars_the_runs_of_an_earlier_rule_or_another_setting(bench, tmp_path):

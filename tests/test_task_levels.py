@@ -235,7 +235,8 @@ def test_a_grid_familys_entry_keeps_its_tuples_so_its_grader_still_gives_its_own
                           row["rg_entry"])
         assert full == 1.0 and cut < 1
         as_lists = json.loads(row["rg_entry"], object_hook=lambda d: d.get("__tuple__", d))
-        assert reference_grade("rearc", as_lists) < 1 == reference_grade("rearc", entry(row["rg_entry"]))
+        assert reference_grade("rearc", as_lists) < 1
+        assert reference_grade("rearc", entry(row["rg_entry"])) == 1
     nested = {"grid": ((1, 2), (3, 4)), "mixed": [(5,), {"t": (6, [7])}], "text": "(1, 2)", "none": None}
     assert entry(entry_text(nested)) == nested
     assert entry(json.dumps({"plain": [1, 2]})) == {"plain": [1, 2]}  # rows written before the tuples were kept
@@ -243,12 +244,17 @@ def test_a_grid_familys_entry_keeps_its_tuples_so_its_grader_still_gives_its_own
 
 def test_a_family_whose_grader_fails_its_own_answer_is_refused_before_anything_is_sampled(monkeypatch):
     """Where the grader gives the entry's own answer less than full marks, no answer of the model can be graded
-    right: the family is refused when its problems are made (the benchmark reports it and goes on), and a row
-    already written is refused by the reward. Families whose entries carry no answer (the grader checks validity)
+    right: such a problem is left out when the problems are made, a family with no other is refused (the benchmark
+    reports it and goes on), and a row already written is refused by the reward. Families whose entries carry no answer (the grader checks validity)
     are graded as before."""
     import rewards.reasoning_gym as rg
 
-    row = task_levels.rows("leg_counting", 1, 7, 0)[0]
+    row, other = task_levels.rows("leg_counting", 2, 7, 0)
+    real = rg._grader("leg_counting")
+    # one problem the grader fails is left out, the others are kept
+    monkeypatch.setattr(rg, "_grader", lambda task: lambda answer, e: 0.5 if e["question"] == row["problem"]
+                        else real(answer, e))
+    assert [r[0] for r in task_levels._made("leg_counting", 2, 7, 0)] == [other["problem"]]
     monkeypatch.setattr(rg, "_grader", lambda task: lambda answer, entry: 0.5)
     with pytest.raises(task_levels.GenerationError, match=r"leg_counting problems gym-tf can grade: its grader gives "
                                                           r"problem 0's own answer '\d+' 0\.50"):
@@ -318,6 +324,31 @@ async def test_calibration_passes_over_levels_too_small_for_the_splits(tmp_path)
     assert (await task_levels.calibrate(AlwaysRight(answers), "coin_flip", 9, Sampling(max_tokens=32), tmp_path,
                                         aim)).rates == {0: 1.0}
 
+
+
+async def test_a_level_the_generator_fails_at_is_passed_over_and_a_family_it_fails_at_every_level_is_its_error(
+        tmp_path, monkeypatch):
+    """A generator that fails at one level (a problem all of whose answers its grader refuses, an assertion in its
+    code) must not cost the levels around it, probes already paid for included; one that fails at every level
+    (knight_swap, reasoning-gym 0.1.25) is the family's error, before any answer."""
+    made = task_levels.rows
+
+    def failing_at_1(family, size, seed, level=None):
+        if level == 1:
+            raise task_levels.GenerationError("reasoning-gym could not make coin_flip problems: AssertionError")
+        return made(family, size, seed, level)
+
+    monkeypatch.setattr(task_levels, "rows", failing_at_1)
+    answers = {r["problem"]: r["answer"] for level in (0, 2) for r in made("coin_flip", 64, 9, level)}
+    aim = task_levels.Aim(target=0.3, ceiling=0.45, problems=4, max_probes=2)
+    result = await task_levels.calibrate(AlwaysRight(answers), "coin_flip", 9, Sampling(max_tokens=32), tmp_path, aim,
+                                         needed=4)
+    assert result.rates == {0: 1.0, 2: 1.0} and result.too_few == ()
+    monkeypatch.setattr(task_levels, "rows", made)
+    backend = AlwaysRight({})
+    with pytest.raises(task_levels.GenerationError, match="could not make knight_swap problems"):
+        await task_levels.calibrate(backend, "knight_swap", 9, Sampling(max_tokens=32), tmp_path, needed=10)
+    assert backend.problems == []
 
 
 async def test_a_family_with_no_level_big_enough_for_the_splits_is_a_named_error_before_any_answer(tmp_path,
