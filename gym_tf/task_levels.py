@@ -103,13 +103,13 @@ def _made(family: str, size: int, seed: int, level: int | None) -> list[list[str
     right), and a family with no other problem is refused here, before anything is sampled."""
     import reasoning_gym
 
-    from rewards.reasoning_gym import entry, entry_text, reference_grade
+    from rewards.reasoning_gym import entry_text, read_entry, reference_grade
 
     try:
         settings = level_config(family, level) if level is not None else {}
         made = [[e["question"], NO_SINGLE_ANSWER if e["answer"] is None else str(e["answer"]), entry_text(e)]
                 for e in reasoning_gym.create_dataset(family, size=size, seed=seed, **settings)]
-        grades = [reference_grade(family, entry(text)) for _, _, text in made]
+        grades = [reference_grade(family, read_entry(text)) for _, _, text in made]
     except Exception as error:
         raise GenerationError(f"reasoning-gym could not make {family} problems: {type(error).__name__}: "
                               f"{error}") from error

@@ -8,7 +8,7 @@ keeps the better grade: the grader still decides what is right.
 
 An entry is stored as JSON text, which has no tuples: arc_agi's and rearc's graders compare the answer with a tuple
 grid in the entry and scored their own reference answers 0.05 once it came back as lists. `entry_text` keeps a tuple
-as `{"__tuple__": [...]}`, and `entry` turns it back. A row whose grader does not give its own reference answer
+as `{"__tuple__": [...]}`, and `read_entry` turns it back. A row whose grader does not give its own reference answer
 full marks cannot grade the model's: `reference_grade` is what `score` checks (and the benchmark, before sampling).
 """
 
@@ -76,7 +76,7 @@ def entry_text(generated: dict) -> str:
     return json.dumps(kept(generated), default=str)
 
 
-def entry(text: str) -> dict:
+def read_entry(text: str) -> dict:
     """The entry `entry_text` wrote (or plain JSON), as the grader reads it."""
     return json.loads(text, object_hook=lambda d: tuple(d[_TUPLE]) if d.keys() == {_TUPLE} else d)
 
@@ -93,7 +93,7 @@ def score(completions: list[str], rg_task: str, rg_entry: str, **_: Any) -> list
     """Each completion's grade. The row must grade its own reference answer 1: a failure there is the row's (or the
     grader's) and is raised. An answer the grader fails to read scores 0: some graders raise on free text instead of
     scoring it (prime_factorization's int() of "So, the prime factorization ..." stopped a whole run)."""
-    generated = entry(rg_entry)
+    generated = read_entry(rg_entry)
     reference = reference_grade(rg_task, generated)
     if reference is not None and reference < 1:
         raise ValueError(f"{rg_task}'s grader gives this row's own answer {reference:.2f}, so it cannot grade others")

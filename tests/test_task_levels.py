@@ -226,7 +226,7 @@ def test_a_grid_familys_entry_keeps_its_tuples_so_its_grader_still_gives_its_own
     """arc_agi's and rearc's graders compare with a tuple grid in the entry: stored as plain JSON (lists), the
     grader gave the reference answer itself 0.05, and every right answer of a run would have been graded wrong.
     Real generator, real grader, through the stored row."""
-    from rewards.reasoning_gym import entry, entry_text, reference_grade, score
+    from rewards.reasoning_gym import entry_text, read_entry, reference_grade, score
 
     for row in task_levels.rows("rearc", 3, 123, 0):
         right = row["answer"]
@@ -236,10 +236,10 @@ def test_a_grid_familys_entry_keeps_its_tuples_so_its_grader_still_gives_its_own
         assert full == 1.0 and cut < 1
         as_lists = json.loads(row["rg_entry"], object_hook=lambda d: d.get("__tuple__", d))
         assert reference_grade("rearc", as_lists) < 1
-        assert reference_grade("rearc", entry(row["rg_entry"])) == 1
+        assert reference_grade("rearc", read_entry(row["rg_entry"])) == 1
     nested = {"grid": ((1, 2), (3, 4)), "mixed": [(5,), {"t": (6, [7])}], "text": "(1, 2)", "none": None}
-    assert entry(entry_text(nested)) == nested
-    assert entry(json.dumps({"plain": [1, 2]})) == {"plain": [1, 2]}  # rows written before the tuples were kept
+    assert read_entry(entry_text(nested)) == nested
+    assert read_entry(json.dumps({"plain": [1, 2]})) == {"plain": [1, 2]}  # rows written before the tuples were kept
 
 
 def test_a_family_whose_grader_fails_its_own_answer_is_refused_before_anything_is_sampled(monkeypatch):
