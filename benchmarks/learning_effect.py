@@ -112,7 +112,7 @@ async def pick_level(family: str, args: argparse.Namespace, backend, folder: Pat
 
 
 # how the benchmark is invoked, not what a family's run is (and the API key, which no file keeps)
-NOT_SETTINGS = frozenset({"resume", "out", "report", "plot", "screen", "families", "api_key"})
+NOT_SETTINGS = frozenset({"resume", "out", "report", "plot", "screen", "archive", "note", "families", "api_key"})
 
 
 def settings(args: argparse.Namespace) -> dict[str, str]:
@@ -428,14 +428,15 @@ def archive(runs: list[dict], note: str | None, archive_path: Path = ARCHIVE, re
     rows = json.loads(archive_path.read_text(encoding="utf-8"))
     text = readme.read_text(encoding="utf-8")
     before = across_families(rows)
-    if TABLE_MARK + "\n" not in text or before is None or across_text(before).strip() not in text:
+    stated = before and across_text(before).strip()
+    if TABLE_MARK + "\n" not in text or not stated or stated not in text:
         raise ConfigError(f"{readme} does not hold the archive's table ({TABLE_MARK}) and across-families line; "
                           "fix it before archiving")
     note = note and " ".join(note.replace("|", "/").split())  # one table cell
-    added = [r | {"model": model_size(r["model"]), "learner": model_size(r["learner"])} | ({"note": note} if note else {})
-             for r in runs]
-    kept = [{k: v for k, v in r.items() if k != "note"} for r in rows]
-    if again := [r["family"] for r in added if {k: v for k, v in r.items() if k != "note"} in kept]:
+    added = [r | {"model": model_size(r["model"]), "learner": model_size(r["learner"])}
+             | ({"note": note} if note else {}) for r in runs]
+    unnoted = lambda r: {k: v for k, v in r.items() if k != "note"}  # noqa: E731
+    if again := [r["family"] for r in added if unnoted(r) in map(unnoted, rows)]:
         raise ConfigError(f"already archived: {', '.join(again)}")
     rows = added + rows
     head, table = text.split(TABLE_MARK + "\n", 1)
@@ -444,7 +445,7 @@ def archive(runs: list[dict], note: str | None, archive_path: Path = ARCHIVE, re
     text = head + TABLE_MARK + "\n" + columns + "".join(lines) + table[len(columns):]
     after = across_text(across_families(rows)).strip()
     archive_path.write_text(json.dumps(rows, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
-    readme.write_text(text.replace(across_text(before).strip(), after), encoding="utf-8")
+    readme.write_text(text.replace(stated, after), encoding="utf-8")
     return after
 
 

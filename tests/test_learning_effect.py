@@ -124,6 +124,16 @@ def test_archiving_a_run_puts_it_first_in_the_archive_and_the_readmes_table_and_
     assert readme.read_text(encoding="utf-8") == (ROOT / "README.md").read_text(encoding="utf-8")
 
 
+def test_a_run_recorded_before_the_archive_options_existed_still_resumes(bench):
+    """--archive and --note say how the benchmark is invoked, not what a run is: a run's recorded settings never had
+    them, and a resume must not read their absence as other settings."""
+    now = bench.settings(bench.arguments().parse_args(["--families", "gcd"]))
+    recorded = {k: v for k, v in now.items() if k not in ("archive", "note")}
+    bench.same_settings(recorded, now, "level.json")
+    with pytest.raises(bench.ConfigError, match=r"other settings \(seed\)"):
+        bench.same_settings(recorded | {"seed": "7"}, now, "level.json")
+
+
 @pytest.mark.parametrize("name, size", [("qwen2.5-coder-0.5b-instruct-q4", "0.5B"),
                                         ("/models/qwen2.5-coder-1.5b-instruct-q4_k_m.gguf", "1.5B"),
                                         ("/models/7b/qwen2.5-coder-0.5b.gguf", "0.5B"),

@@ -245,8 +245,8 @@ def test_a_grid_familys_entry_keeps_its_tuples_so_its_grader_still_gives_its_own
 def test_a_family_whose_grader_fails_its_own_answer_is_refused_before_anything_is_sampled(monkeypatch):
     """Where the grader gives the entry's own answer less than full marks, no answer of the model can be graded
     right: such a problem is left out when the problems are made, a family with no other is refused (the benchmark
-    reports it and goes on), and a row already written is refused by the reward. Families whose entries carry no answer (the grader checks validity)
-    are graded as before."""
+    reports it and goes on), and a row already written is refused by the reward. Families whose entries carry no
+    answer (the grader checks validity) are graded as before."""
     import rewards.reasoning_gym as rg
 
     row, other = task_levels.rows("leg_counting", 2, 7, 0)
