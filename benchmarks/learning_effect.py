@@ -113,6 +113,8 @@ async def pick_level(family: str, args: argparse.Namespace, backend, folder: Pat
 
 # how the benchmark is invoked, not what a family's run is (and the API key, which no file keeps)
 NOT_SETTINGS = frozenset({"resume", "out", "report", "plot", "screen", "archive", "note", "families", "api_key"})
+# settings added after runs were recorded, with the value those runs had
+LATER_SETTINGS = {"examples_per_answer": "None"}
 
 
 def settings(args: argparse.Namespace) -> dict[str, str]:
@@ -122,7 +124,8 @@ def settings(args: argparse.Namespace) -> dict[str, str]:
 
 def same_settings(recorded: dict, now: dict, what: str) -> None:
     """A resume repeats exactly what was started: refuse, naming them, settings that differ from the recorded."""
-    changed = sorted(k for k in (recorded.keys() | now.keys()) - NOT_SETTINGS if recorded.get(k) != now.get(k))
+    changed = sorted(k for k in (recorded.keys() | now.keys()) - NOT_SETTINGS
+                     if recorded.get(k, LATER_SETTINGS.get(k)) != now.get(k))
     if changed:
         raise ConfigError(f"{what} was made with other settings ({', '.join(changed)}); resume with the arguments "
                           "it was started with, or give another --out")
@@ -212,7 +215,7 @@ async def one_family(family: str, args: argparse.Namespace, out: Path) -> dict:
             batch_size=args.batch_size, group_size=args.group_size, seed=args.seed, summarize=args.summarize,
             hard_groups=args.hard_groups, examples_per_prompt=args.examples, worked_examples=args.examples > 0,
             retrieve_lessons=args.retrieve_lessons, rollout=rollout, backend=backend_config, learner=learner_config,
-            prune=args.prune, learner_examples=args.learner_examples,
+            prune=args.prune, learner_examples=args.learner_examples, examples_per_answer=args.examples_per_answer,
         )
 
         def progress(p):
@@ -562,6 +565,8 @@ def arguments() -> argparse.ArgumentParser:
     parser.add_argument("--batch-size", type=int, default=8)
     parser.add_argument("--group-size", type=int, default=4)
     parser.add_argument("--examples", type=int, default=2, help="worked examples per prompt (0: lessons only)")
+    parser.add_argument("--examples-per-answer", type=int, default=None,
+                        help="keep at most N worked examples with the same final answer (default: no limit)")
     parser.add_argument("--retrieve-lessons", type=int, default=None)
     parser.add_argument("--learner-examples", type=int, default=0,
                         help="where no answer of the policy is fit to show, the learner's answers (this many) can be "

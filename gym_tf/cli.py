@@ -262,6 +262,8 @@ def optimize(
     retrieve_lessons: Annotated[Optional[int], typer.Option(help="show each problem only its N most relevant lessons")] = None,
     examples_per_prompt: Annotated[int, typer.Option(help="worked examples shown per problem (most relevant first)")] = 2,
     worked_examples: Annotated[bool, typer.Option(help="keep verified correct answers as worked examples")] = True,
+    examples_per_answer: Annotated[Optional[int], typer.Option(
+        help="keep at most N worked examples with the same final answer (none: no limit)")] = None,
     learner_examples: Annotated[int, typer.Option(help="where the model answered a problem right in no showable way, "
                                                        "the learner answers it N times; a verified answer becomes "
                                                        "the worked example")] = 0,
@@ -321,7 +323,8 @@ def optimize(
             batch_size=batch_size, group_size=group_size, seed=seed, reward=reward, val_dataset=val_dataset,
             val_samples=val_samples, prune=prune, max_tokens=max_tokens, max_library_tokens=max_library_tokens,
             retrieve_lessons=retrieve_lessons, examples_per_prompt=examples_per_prompt, worked_examples=worked_examples,
-            learner_examples=learner_examples, summarize=summarize, hard_groups=hard_groups,
+            examples_per_answer=examples_per_answer, learner_examples=learner_examples, summarize=summarize,
+            hard_groups=hard_groups,
             rollout=RolloutConfig(temperature=temperature, max_completion_tokens=max_completion_tokens),
             backend=backend_config(backend, base_url, model, api_key, model_file, concurrency, timeout), learner=learner,
         )

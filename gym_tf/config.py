@@ -68,6 +68,9 @@ class OptimizeConfig(BaseModel):
                                   "as worked examples")
     max_example_chars: int = Field(900, ge=100, le=1600, description="longest solution kept as a worked example, "
                                    "in characters (its problem's statement not counted; the whole item is at most 1600)")
+    examples_per_answer: int | None = Field(None, ge=1, description="keep at most this many worked examples with "
+                                            "the same final answer (none: no limit); a small model shown the same "
+                                            "answer again and again copies it")
     learner_examples: int = Field(0, ge=0, le=16, description="where none of the model's answers to a problem is fit "
                                   "to show, the learner answers it this many times and a verified answer becomes the "
                                   "worked example (0: off; meant for a stronger learner)")
@@ -101,6 +104,8 @@ class OptimizeConfig(BaseModel):
             del data["prune"]  # likewise for runs without the prune step
         if not self.learner_examples:
             del data["learner_examples"]  # and for runs where the learner answers no problem
+        if self.examples_per_answer is None:
+            del data["examples_per_answer"]  # and for runs with no cap on examples per answer
         return data
 
     def render_policy(self) -> RenderPolicy:

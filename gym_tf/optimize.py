@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import random
+from collections import Counter
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Iterator
 
@@ -28,11 +29,13 @@ from gym_tf.evaluate import evaluate
 from gym_tf.learner import (JudgeCalls, LearnerCalls, OpRules, StageReply, consolidate_prompt, group_prompt,
                              summarize_prompt)
 from gym_tf.library import (MAX_EXAMPLE_CHARS, DeleteOp, ExampleOp, LibraryVersion, OpVerdict, Provenance, apply_ops,
-                             example_text, problems_held_in, shows_unrun_output, solution_steps, with_policy)
-from gym_tf.metrics import paired_difference
+                             example_parts, example_text, problems_held_in, shows_unrun_output, solution_steps,
+                             with_policy)
+from gym_tf.metrics import canonical_answer, paired_difference
 from gym_tf.rollouts import Rollout, build_messages, rollout_many
 from gym_tf.store import LEARNER_ANSWER, RunStore, config_hash, rollout_key
 from rewards import ANSWER_FREE, load_reward
+from rewards.answers import extract_answer
 from rewards.feedback import FeedbackReward
 from rewards.judge import FeedbackJudge
 
@@ -441,8 +444,11 @@ class Optimizer:
                          library: LibraryVersion) -> list[tuple[ExampleOp, Provenance]]:
         """One worked example per problem that has none yet: of its showable answers, the model's own if it has any,
         else the learner's, the one that shows the most steps (then the shortest). An answer that only states the
-        result demonstrates nothing."""
+        result demonstrates nothing. With `examples_per_answer`, none whose final answer the library already shows
+        that many times (a solution with no answer to read is not counted)."""
         have = _examples_held(library)
+        cap = self.config.examples_per_answer
+        answers = Counter(_final_answer(example_parts(i.text)[1]) for i in library.items if i.kind == "example")
         out = []
         for problem in batch:
             if problem.id in have or problem.answer is None:
@@ -453,6 +459,10 @@ class Optimizer:
             if not showable:
                 continue
             best = min(showable, key=lambda r: (-solution_steps(r.completion), len(r.completion), r.sample))
+            answer = _final_answer(best.completion)
+            if cap is not None and answer is not None and answers[answer] >= cap:
+                continue
+            answers[answer] += 1
             origin = Provenance(step=step, op="example", problem_ids=(problem.id,),
                                 rollout_ids=(rollout_key(self.run_id, step, prefix + problem.id, best.sample),))
             out.append((ExampleOp(op="example", text=example_text(problem.problem, best.completion)), origin))
@@ -488,6 +498,12 @@ class Optimizer:
 def _examples_held(library: LibraryVersion) -> set[str]:
     """The problems the library already holds a worked example of."""
     return {pid for item in library.items if item.kind == "example" for pid in item.provenance.problem_ids}
+
+
+def _final_answer(solution: str) -> object:
+    """A solution's final answer in the form majority voting groups answers by (`0`, `0.0` and `0/5` alike)."""
+    answer = extract_answer(solution)
+    return None if answer is None else canonical_answer(answer)
 
 
 def _mean(values: Any) -> float:

@@ -9,6 +9,7 @@ import sqlite3
 import subprocess
 import sys
 import time
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -22,6 +23,7 @@ from gym_tf.display import library_table
 from gym_tf.learner import OpRules, numbers_of, repeats_problem, summarize_prompt
 from gym_tf.library import EMPTY_LIBRARY, AddOp, ExampleOp, LibraryVersion, apply_ops, example_text
 from gym_tf.library_io import diff_versions
+from gym_tf.metrics import canonical_answer
 from gym_tf.optimize import Optimizer, resume_config
 from gym_tf.rollouts import Rollout, build_messages
 from gym_tf.store import RunStore, learner_answer
@@ -88,6 +90,26 @@ async def test_homogeneous_groups_cost_no_learner_calls(store, quickstart):
     # no lesson and no learner call; each solved problem left one worked example of its verified answers
     assert {i.kind for i in result.library.items} == {"example"}
     assert len(result.library.items) == len({i.provenance.problem_ids for i in result.library.items}) == 8
+
+
+ZEROES = {"Solve 2x = 0.": "0", "Solve x + 1 = 1.": "0.0", "Solve 3x = 0.": "0", "Solve x - 7 = 0.": "7",
+          "Solve 5x = 0.": "0/5", "Solve x - 8 = 0.": "8"}
+
+
+@pytest.mark.parametrize("cap, zeroes", [(None, 4), (1, 1), (2, 2)])
+async def test_examples_per_answer_keeps_a_final_answer_from_filling_the_library(tmp_path, cap, zeroes):
+    """Most answers of a family can be one value (0 in polynomial_equations); examples that all end on it teach a
+    small model to answer it. With a cap, a solution whose answer (as voting reads it: 0, 0.0 and 0/5 alike) is
+    shown that many times already, in the library or earlier in the step, is not kept."""
+    rows = [{"id": f"p{i}", "problem": problem, "answer": answer} for i, (problem, answer) in enumerate(ZEROES.items())]
+    (tmp_path / "zeroes.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
+    config = OptimizeConfig(dataset=str(tmp_path / "zeroes.jsonl"), batch_size=3, group_size=2, epochs=1,
+                            examples_per_answer=cap)
+    _, result = await run(RunStore(tmp_path / "ws"), ScriptedBackend(ZEROES, skill=1.0), config)
+    kept = Counter(canonical_answer(re.search(r"\\boxed\{(.*)\}$", i.text).group(1))
+                   for i in result.library.items if i.kind == "example")
+    assert kept == {0: zeroes, 7: 1, 8: 1}
+    assert ("examples_per_answer" in config.recorded()) == (cap is not None)  # runs without it keep their hash
 
 
 class Working(ScriptedBackend):
