@@ -28,9 +28,9 @@ from gym_tf.errors import BudgetExhausted, ConfigError, StoreError
 from gym_tf.evaluate import evaluate
 from gym_tf.learner import (JudgeCalls, LearnerCalls, OpRules, StageReply, consolidate_prompt, group_prompt,
                              summarize_prompt)
-from gym_tf.library import (MAX_EXAMPLE_CHARS, DeleteOp, ExampleOp, LibraryVersion, OpVerdict, Provenance, apply_ops,
-                             example_parts, example_text, problems_held_in, shows_unrun_output, solution_steps,
-                             with_policy)
+from gym_tf.library import (MAX_EXAMPLE_CHARS, DeleteOp, ExampleOp, Experience, LibraryVersion, OpVerdict,
+                             Provenance, apply_ops, example_parts, example_text, problems_held_in, shows_unrun_output,
+                             solution_steps, with_policy)
 from gym_tf.metrics import canonical_answer, paired_difference
 from gym_tf.rollouts import Rollout, build_messages, rollout_many
 from gym_tf.store import LEARNER_ANSWER, RunStore, config_hash, rollout_key
@@ -86,6 +86,7 @@ class Optimizer:
         self.on_progress = on_progress or (lambda p: None)
         self.progress = Progress()
         self.val_baseline: float | None = None  # validation mean of the starting library, when gated
+        self._references: dict[str, str | None] | None = None  # reference answers by problem id, read when needed
         # recorded traffic has answers only where users gave feedback: the feedback reward handles the rest
         self.problems = open_dataset(config.dataset, config.problem_field, config.answer_field,
                                      require_answer=config.reward not in ANSWER_FREE and config.traffic is None,
@@ -445,10 +446,10 @@ class Optimizer:
         """One worked example per problem that has none yet: of its showable answers, the model's own if it has any,
         else the learner's, the one that shows the most steps (then the shortest). An answer that only states the
         result demonstrates nothing. With `examples_per_answer`, none whose final answer the library already shows
-        that many times (a solution with no answer to read is not counted)."""
+        that many times."""
         have = _examples_held(library)
         cap = self.config.examples_per_answer
-        answers = Counter(_final_answer(example_parts(i.text)[1]) for i in library.items if i.kind == "example")
+        answers = Counter(self._answer_shown(i) for i in library.items if i.kind == "example") if cap else Counter()
         out = []
         for problem in batch:
             if problem.id in have or problem.answer is None:
@@ -459,14 +460,27 @@ class Optimizer:
             if not showable:
                 continue
             best = min(showable, key=lambda r: (-solution_steps(r.completion), len(r.completion), r.sample))
-            answer = _final_answer(best.completion)
-            if cap is not None and answer is not None and answers[answer] >= cap:
+            answer = canonical_answer(problem.answer)
+            if cap is not None and answers[answer] >= cap:
                 continue
             answers[answer] += 1
             origin = Provenance(step=step, op="example", problem_ids=(problem.id,),
                                 rollout_ids=(rollout_key(self.run_id, step, prefix + problem.id, best.sample),))
             out.append((ExampleOp(op="example", text=example_text(problem.problem, best.completion)), origin))
         return out
+
+    def _answer_shown(self, example: Experience) -> object:
+        """The final answer a worked example shows: its problem's reference answer (a verified solution's answer is
+        that answer, however it is written: `0`, `0.0`, `0, \\pm 0`), read as majority voting reads answers; for an
+        example of a problem not in this dataset, the answer its solution boxes."""
+        if self._references is None:
+            self._references = {p.id: p.answer for p in self.problems}
+        ids = example.provenance.problem_ids
+        reference = self._references.get(ids[0]) if len(ids) == 1 else None
+        if reference is not None:
+            return canonical_answer(reference)
+        answer = extract_answer(example_parts(example.text)[1])
+        return None if answer is None else canonical_answer(answer)
 
     def _provenance(self, step: int, sources: list[int], proposals: list[tuple[str, Any]],
                     groups: dict[str, list[Rollout]]) -> Provenance:
@@ -498,12 +512,6 @@ class Optimizer:
 def _examples_held(library: LibraryVersion) -> set[str]:
     """The problems the library already holds a worked example of."""
     return {pid for item in library.items if item.kind == "example" for pid in item.provenance.problem_ids}
-
-
-def _final_answer(solution: str) -> object:
-    """A solution's final answer in the form majority voting groups answers by (`0`, `0.0` and `0/5` alike)."""
-    answer = extract_answer(solution)
-    return None if answer is None else canonical_answer(answer)
 
 
 def _mean(values: Any) -> float:
