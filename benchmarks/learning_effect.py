@@ -340,6 +340,9 @@ def row(c: dict) -> dict:
             # the most common test answer given to every problem (recorded since 2026-11-27; None before)
             "constant": c.get("constant_answer"),
             "mean_minus_constant": learned.get("mean_vs_constant") and interval(learned["mean_vs_constant"]),
+            # the gain on the test problems that answer gets wrong (recorded since 2026-11-28)
+            "diff_where_constant_wrong": learned.get("mean_vs_baseline_uncommon")
+            and interval(learned["mean_vs_baseline_uncommon"]),
             "extra_prompt_tokens": c["extra_prompt_tokens_per_call"][learned["name"]], "prune": c.get("prune"),
             "learning_tokens": learned["tokens"]["learning"], "wall_min": c["wall_s"] / 60, "cpu": c.get("cpu")}
 
@@ -460,11 +463,14 @@ def model_size(name: str) -> str:
 
 
 def constant_cell(r: dict, ci) -> str:
-    """The learned arm against the most common test answer given to every problem: what it scores, and the paired
-    difference ("not recorded" for runs before 2026-11-27)."""
+    """The learned arm against the most common test answer given to every problem: what it scores, the paired
+    difference ("not recorded" for runs before 2026-11-27), and the gain over no library on the problems that answer
+    gets wrong (since 2026-11-28)."""
     if not r.get("constant"):
         return "not recorded"
-    return f"{ci(r['mean_minus_constant'])} ({r['constant']['answer'][:20].replace('|', '/')!r} always: {r['constant']['mean']:.3f})"
+    wrong = r.get("diff_where_constant_wrong")
+    return (f"{ci(r['mean_minus_constant'])} ({r['constant']['answer'][:20].replace('|', '/')!r} always: "
+            f"{r['constant']['mean']:.3f}" + (f"; the gain where it is wrong: {ci(wrong)}" if wrong else "") + ")")
 
 
 def across_families(rows: list[dict], policy: str = "0.5B") -> dict | None:
@@ -485,9 +491,7 @@ def across_families(rows: list[dict], policy: str = "0.5B") -> dict | None:
     runs = list(latest.values())
     over = lambda key, among=runs: bootstrap(np.array([r[key][0] for r in among]), resamples=10_000)  # noqa: E731
     both = [r for r in runs if r["diff"][1] > 0 and r["majority_diff"][1] > 0]
-    # of those, where the most common answer given to every problem does as well (within noise)
-    answered_alike = sorted(r["family"] for r in both
-                            if r.get("mean_minus_constant") and r["mean_minus_constant"][1] <= 0)
+    answered_alike = sorted(r["family"] for r in both if no_gain_beyond_constant(r))
     others = [r for r in runs if r["family"] not in answered_alike]
     return {"policy": policy, "families": len(runs), "both": sorted(r["family"] for r in both),
             "constant_families": answered_alike,
@@ -498,6 +502,15 @@ def across_families(rows: list[dict], policy: str = "0.5B") -> dict | None:
             "empty": sorted(r["family"] for r in runs if r["items"] == 0),
             "spread": (min(r["diff"][0] for r in runs), max(r["diff"][0] for r in runs)),
             "mean_diff": over("diff"), "majority_diff": over("majority_diff")}
+
+
+def no_gain_beyond_constant(r: dict) -> bool:
+    """Whether a run's gain may be its test split's most common answer alone: where recorded, no gain beyond noise
+    on the problems that answer gets wrong; before that (2026-11-27), the most common answer given to every problem
+    doing as well as the library, within noise; rows with neither are not suspected."""
+    if r.get("diff_where_constant_wrong"):
+        return r["diff_where_constant_wrong"][1] <= 0
+    return bool(r.get("mean_minus_constant")) and r["mean_minus_constant"][1] <= 0
 
 
 def across_text(summary: dict) -> str:

@@ -34,6 +34,8 @@ class Arm:
     majority_vs_baseline: Estimate | None = None  # Majority@k against the baseline's Majority@k
     mean_vs_baseline_majority: Estimate | None = None  # this library's Mean@k against the baseline's Majority@k
     mean_vs_constant: Estimate | None = None  # this library's Mean@k against giving every problem the common answer
+    # Mean@k against the baseline's on the problems the common answer gets wrong: a gain there is not that answer
+    vs_baseline_uncommon: Estimate | None = None
     held_in_library: list[str] = field(default_factory=list)  # problems the library holds verbatim: not held out
     same_as: str | None = None  # an earlier arm with the same library version, whose samples this one shares
 
@@ -48,6 +50,7 @@ class Arm:
                 "mean_vs_baseline": est(self.vs_baseline), "majority_vs_baseline": est(self.majority_vs_baseline),
                 "mean_vs_baseline_majority": est(self.mean_vs_baseline_majority),
                 "mean_vs_constant": est(self.mean_vs_constant),
+                "mean_vs_baseline_uncommon": est(self.vs_baseline_uncommon),
                 "problems_held_in_library": self.held_in_library, "same_as": self.same_as}
 
 
@@ -126,7 +129,8 @@ async def compare(backend: Backend, problems: list[Problem], reward: Callable[..
     already evaluated is not sampled again: the same version renders the same prompts, so its true difference from
     the earlier arm is 0, and sampling it again would measure only the engine's noise (a run whose gate kept nothing
     ends on the empty version, the `none` arm's). With `constant`, each arm is also set against the most common
-    answer given to every problem (`ConstantAnswer`; leave it off for a reward that asks a model)."""
+    answer given to every problem (`ConstantAnswer`; leave it off for a reward that asks a model), and against the
+    baseline on the problems that answer gets wrong (a library that only taught that answer gains nothing there)."""
     arms: list[Arm] = []
     for name, library, learning_tokens in libraries:
         earlier = next((a for a in arms if a.report.library_version == library.id), None)
@@ -149,6 +153,12 @@ async def compare(backend: Backend, problems: list[Problem], reward: Callable[..
         for arm in arms:
             arm.mean_vs_constant = paired_difference(arm.report.per_problem_mean(),
                                                      [common.scores[pid] for pid in arm.report.rollouts], seed=seed)
+        uncommon = [pid for pid in base.rollouts if common.scores[pid] < 1]
+        if uncommon:
+            means = {arm.name: dict(zip(arm.report.rollouts, arm.report.per_problem_mean())) for arm in arms}
+            for arm in arms[1:]:
+                arm.vs_baseline_uncommon = paired_difference([means[arm.name][pid] for pid in uncommon],
+                                                             [means[arms[0].name][pid] for pid in uncommon], seed=seed)
     return Comparison(arms, len(problems), samples, seed, common)
 
 

@@ -52,6 +52,8 @@ def comparison_table(comparison) -> Table:
     answer = common and (common.answer if len(common.answer) <= 16 else common.answer[:15] + "…")
     if common:
         row(f"Mean@{k} - {answer!r} always", lambda a: str(a.mean_vs_constant))
+        row(f"Mean@{k} - {base.name}, where {answer!r} is wrong",
+            lambda a: str(a.vs_baseline_uncommon) if a.vs_baseline_uncommon else "-")
     row("extra prompt tok/call", lambda a: f"{comparison.extra_prompt_tokens(a):+.0f}")
     row("tokens spent learning", lambda a: str(a.learning_tokens or "-"))
     table.caption = "an interval wholly above 0 is a gain beyond noise"

@@ -30,6 +30,8 @@ async def test_a_library_that_helps_shows_a_paired_gain_beyond_noise_and_beats_t
     assert learned.vs_baseline.low > 0.4 and learned.mean_vs_baseline_majority.low > 0
     assert learned.majority_vs_baseline.value > 0
     assert learned.mean_vs_constant.low > 0  # quickstart's answers differ: one answer for all scores little
+    # and the gain holds where the most common answer is wrong (the baseline has no such difference of its own)
+    assert learned.vs_baseline_uncommon.low > 0.4 and none.vs_baseline_uncommon is None
     assert result.extra_prompt_tokens(learned) > 0 == result.extra_prompt_tokens(none)
     # paired: both arms drew the same seeds for the same problems
     solves = [(c["problem"], c["seed"]) for c in backend.calls if c["stage"] == "solve"]
@@ -157,16 +159,20 @@ async def test_a_gain_that_is_the_most_common_answer_given_to_every_problem_is_n
     assert learned.vs_baseline.value == 0.75 and learned.vs_baseline.low > 0  # a "gain" beyond noise
     assert (result.constant.answer, result.constant.mean) == ("True", 0.75)
     assert learned.mean_vs_constant.value == learned.mean_vs_constant.high == 0  # and nothing beyond True always
+    # on the two problems whose answer is False, the library gained nothing: the "gain" was the answer True
+    assert learned.vs_baseline_uncommon.value == learned.vs_baseline_uncommon.high == 0
     assert none.mean_vs_constant.value == -0.75
     data = result.to_dict()
     assert data["constant_answer"] == {"answer": "True", "mean": 0.75} and data["arms"][1]["mean_vs_constant"]["value"] == 0
     console = Console(record=True, width=100)
     console.print(comparison_table(result))
     text = console.export_text()
-    assert "'True' always" in text and "every problem scores 0.750" in text
+    assert "'True' always" in text and "every problem scores 0.750" in text and "where 'True' is wrong" in text
+    assert data["arms"][1]["mean_vs_baseline_uncommon"] == {"value": 0.0, "low": 0.0, "high": 0.0}
 
     off = await compare(AnswersTrueWhenShownExamples({}), problems, exact, 4, Sampling(), arms, seed=1, constant=False)
-    assert off.constant is None and off.arms[1].mean_vs_constant is None and off.to_dict()["constant_answer"] is None
+    assert off.constant is None and off.arms[1].mean_vs_constant is off.arms[1].vs_baseline_uncommon is None
+    assert off.to_dict()["constant_answer"] is None
 
     def picky(completions, answer, **_):  # grades the model's answers, raises on the constant's wording
         if any(c.startswith("The answer is") for c in completions):

@@ -89,6 +89,15 @@ def test_across_families_takes_each_familys_latest_row_at_the_defaults_and_resam
     assert f"the votes' mean {summary['majority_diff']} ({without} without them)" in text
     cell = bench.constant_cell(true_always, lambda e: f"{e[0]:+.3f}")
     assert cell == "-0.010 ('True' always: 0.700)" and bench.constant_cell(rows[0], None) == "not recorded"
+    # where recorded, the gain on the problems the common answer gets wrong decides: a library below "0 always"
+    # that gains where 0 is wrong taught more than 0; one above it that gains nothing there taught 0
+    taught_more = run("v", (0.2, 0.1, 0.3), (0.2, 0.1, 0.3), constant={"answer": "0", "mean": 0.6},
+                      mean_minus_constant=(0.0, -0.1, 0.1), diff_where_constant_wrong=(0.2, 0.05, 0.35))
+    taught_zero = run("w", (0.3, 0.2, 0.4), (0.3, 0.1, 0.5), constant={"answer": "0", "mean": 0.3},
+                      mean_minus_constant=(0.2, 0.1, 0.3), diff_where_constant_wrong=(0.0, -0.1, 0.1))
+    assert bench.across_families([taught_more, taught_zero])["constant_families"] == ["w"]
+    cell = bench.constant_cell(taught_more, lambda e: f"{e[0]:+.3f}")
+    assert cell == "+0.000 ('0' always: 0.600; the gain where it is wrong: +0.200)"
 
 
 def test_the_readme_states_what_the_archive_says_across_families(bench):
