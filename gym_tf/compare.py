@@ -108,7 +108,9 @@ class Comparison:
 
 async def constant_answer(problems: list[Problem], reward: Callable[..., Any]) -> ConstantAnswer | None:
     """The most common reference answer (the first of a tie), boxed, scored on every problem; None with no answers,
-    or where the reward cannot grade it (a measure beside the comparison must not cost the comparison)."""
+    where the reward cannot grade it (a measure beside the comparison must not cost the comparison), or where it
+    scores below full marks on every problem it is the reference of: then it is no answer but a stand-in (a
+    reasoning-gym family whose problems have many right answers stores a sentence saying so)."""
     answers = Counter(p.answer for p in problems if p.answer is not None)
     if not answers:
         return None
@@ -117,6 +119,9 @@ async def constant_answer(problems: list[Problem], reward: Callable[..., Any]) -
         scores = {p.id: (await score(reward, p, [f"The answer is \\boxed{{{answer}}}."]))[0] or 0.0 for p in problems}
     except RewardError as error:
         logger.warning("the most common answer %r could not be graded, so it is not compared: %s", answer, error)
+        return None
+    if all(scores[p.id] < 1 for p in problems if p.answer == answer):
+        logger.info("the most common reference %r is not itself a right answer, so it is not compared", answer)
         return None
     return ConstantAnswer(answer, scores)
 

@@ -181,3 +181,20 @@ async def test_a_gain_that_is_the_most_common_answer_given_to_every_problem_is_n
 
     ungraded = await compare(AnswersTrueWhenShownExamples({}), problems, picky, 4, Sampling(), arms, seed=1)
     assert ungraded.constant is None and ungraded.arms[1].vs_baseline == learned.vs_baseline  # the comparison stands
+
+
+async def test_a_reference_that_is_no_answer_is_not_given_to_every_problem():
+    """A family whose problems have many right answers stores one sentence as every reference (task_levels'
+    NO_SINGLE_ANSWER); boxed, its own grader gives it 0, so it is no most common answer to compare against."""
+    from gym_tf.task_levels import NO_SINGLE_ANSWER
+
+    def any_valid_path(completions, answer, **_):  # grades the answer's content, never the stored sentence
+        return [float("a->b" in c) for c in completions]
+
+    problems = [Problem(f"p{i}", f"Find a path in graph {i}", NO_SINGLE_ANSWER) for i in range(4)]
+    arms = [("none", EMPTY_LIBRARY, 0)]
+    result = await compare(AnswersTrueWhenShownExamples({}), problems, any_valid_path, 2, Sampling(), arms, seed=1)
+    assert result.constant is None and result.to_dict()["constant_answer"] is None
+    mixed = problems[:3] + [Problem("p3", "Find a path in graph 3", "a->b")]  # a real answer, even if less common
+    assert (await compare(AnswersTrueWhenShownExamples({}), mixed, any_valid_path, 2, Sampling(), arms,
+                          seed=1)).constant is None  # the sentence is still the most common: still not compared
