@@ -343,6 +343,8 @@ def row(c: dict) -> dict:
             # the gain on the test problems that answer gets wrong (recorded since 2026-11-28)
             "diff_where_constant_wrong": learned.get("mean_vs_baseline_uncommon")
             and interval(learned["mean_vs_baseline_uncommon"]),
+            # the learned arm's test answers that repeat a worked example shown to them (recorded since 2026-11-28)
+            "copies": learned.get("copies"),
             "extra_prompt_tokens": c["extra_prompt_tokens_per_call"][learned["name"]], "prune": c.get("prune"),
             "learning_tokens": learned["tokens"]["learning"], "wall_min": c["wall_s"] / 60, "cpu": c.get("cpu")}
 
@@ -533,7 +535,15 @@ def constant_caveat(summary: dict) -> str:
 
 
 def same(r: dict) -> str:
-    return f", the {r['same_as']} version: sampled once" if r.get("same_as") else ""
+    """The items cell's tail: a learned arm that is the none arm's version, or how many of its test answers copied a
+    worked example shown to them."""
+    if r.get("same_as"):
+        return f", the {r['same_as']} version: sampled once"
+    copied = r.get("copies")
+    if not copied:
+        return ""
+    right = f", right {copied['mean_reward']:.2f}" if copied["mean_reward"] is not None else ""
+    return f"; {copied['share']:.0%} of its test answers copy an example ({copied['samples']} of {copied['of']}{right})"
 
 
 def wall(r: dict) -> str:

@@ -17,7 +17,7 @@ from typing import Any, Callable
 from gym_tf.backends import Backend, Sampling
 from gym_tf.datasets import Problem
 from gym_tf.evaluate import EvalReport, evaluate
-from gym_tf.library import LibraryVersion, problems_held_in
+from gym_tf.library import LibraryVersion, copies_example, example_parts, problems_held_in
 from gym_tf.metrics import Estimate, paired_difference
 from gym_tf.errors import RewardError
 from gym_tf.rollouts import Rollout, score
@@ -37,6 +37,7 @@ class Arm:
     # Mean@k against the baseline's on the problems the common answer gets wrong: a gain there is not that answer
     vs_baseline_uncommon: Estimate | None = None
     held_in_library: list[str] = field(default_factory=list)  # problems the library holds verbatim: not held out
+    copies: Copies | None = None  # the answers that repeat a worked example shown to them (None: no examples shown)
     same_as: str | None = None  # an earlier arm with the same library version, whose samples this one shares
 
     def to_dict(self) -> dict[str, Any]:
@@ -51,7 +52,41 @@ class Arm:
                 "mean_vs_baseline_majority": est(self.mean_vs_baseline_majority),
                 "mean_vs_constant": est(self.mean_vs_constant),
                 "mean_vs_baseline_uncommon": est(self.vs_baseline_uncommon),
+                "copies": self.copies and self.copies.to_dict(),
                 "problems_held_in_library": self.held_in_library, "same_as": self.same_as}
+
+
+@dataclass(frozen=True)
+class Copies:
+    """How many of an arm's answers repeat the solution of a worked example in their prompt (`copies_example`), and
+    how they scored: a library whose gain comes from copies taught the example's answer, not its working."""
+
+    samples: int
+    of: int  # the arm's answers
+    mean_reward: float | None  # of the copies; None with none
+
+    @property
+    def share(self) -> float:
+        return self.samples / self.of if self.of else 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"samples": self.samples, "of": self.of, "share": self.share, "mean_reward": self.mean_reward}
+
+    def __str__(self) -> str:
+        right = f", right {self.mean_reward:.2f}" if self.mean_reward is not None else ""
+        return f"{self.samples} of {self.of} ({self.share:.0%}{right})"
+
+
+def count_copies(report: EvalReport, library: LibraryVersion) -> Copies | None:
+    """The answers in `report` that repeat a worked example of `library` shown to them; None where no example was
+    shown to any."""
+    solutions = {i.id: example_parts(i.text)[1] for i in library.items if i.kind == "example"}
+    answers = [r for group in report.rollouts.values() for r in group]
+    if not any(s in solutions for r in answers for s in r.shown):
+        return None
+    copied = [r.reward or 0.0 for r in answers
+              if copies_example(r.completion, [solutions[s] for s in r.shown if s in solutions])]
+    return Copies(len(copied), len(answers), sum(copied) / len(copied) if copied else None)
 
 
 @dataclass
@@ -145,7 +180,7 @@ async def compare(backend: Backend, problems: list[Problem], reward: Callable[..
         else:
             report = earlier.report
         arms.append(Arm(name, report, learning_tokens, held_in_library=problems_held_in(library, problems),
-                        same_as=earlier.name if earlier else None))
+                        same_as=earlier.name if earlier else None, copies=count_copies(report, library)))
     base = arms[0].report
     for arm in arms[1:]:
         arm.vs_baseline = paired_difference(arm.report.per_problem_mean(), base.per_problem_mean(), seed=seed)

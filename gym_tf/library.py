@@ -6,6 +6,7 @@ version is untouched. Item ids (`E1`, `E2`, ...) are handed out once and never r
 
 from __future__ import annotations
 
+import difflib
 import json
 import math
 import re
@@ -431,6 +432,19 @@ def shows_unrun_output(text: str) -> bool:
     block itself. The embedded 0.5B does so in about 0.2% of its answers, right 23% of the time against 49% for the
     rest (77,296 rollouts of stop 29-31's benchmark runs); shown as an example, it teaches inventing results."""
     return bool(_OUTPUT_FENCE.search(text))
+
+
+COPY_SIMILARITY = 0.8  # difflib's ratio over words at which an answer counts as a worked example's solution again
+
+
+def copies_example(answer: str, solutions: Iterable[str]) -> bool:
+    """Whether an answer repeats one of these worked examples' solutions (their words at least 80% alike, by difflib)
+    instead of working its own problem. The embedded 0.5B does so most of the time a worked example is in its prompt:
+    on color_cube_rotation (seed 53, EPYC), 137 of 156 training answers shown an example copied it, right 0.14 of the
+    time, the rate of a colour picked at random; a copy is right only when the problem's answer is the example's."""
+    words = answer.split()
+    return any(difflib.SequenceMatcher(None, words, solution.split(), autojunk=False).ratio() >= COPY_SIMILARITY
+               for solution in solutions if solution)
 
 
 def problems_held_in(library: LibraryVersion, problems: Iterable[Any]) -> list[str]:

@@ -198,3 +198,57 @@ async def test_a_reference_that_is_no_answer_is_not_given_to_every_problem():
     mixed = problems[:3] + [Problem("p3", "Find a path in graph 3", "a->b")]  # a real answer, even if less common
     assert (await compare(AnswersTrueWhenShownExamples({}), mixed, any_valid_path, 2, Sampling(), arms,
                           seed=1)).constant is None  # the sentence is still the most common: still not compared
+
+
+class CopiesTheExample(ScriptedBackend):
+    """With a worked example in its prompt, it writes the example's solution again, whatever the problem (what the
+    0.5B did on color_cube_rotation); without one, it writes code until its tokens run out."""
+
+    async def generate(self, messages, n=1, **sampling):
+        prompt = str(messages[0]["content"])
+        shown = EXAMPLES_HEADER in prompt
+        text = prompt.split("Solution: ", 1)[1].split("\n")[0] if shown else "def isomorphic(a, b):"
+        self.calls.append({"stage": "solve"})
+        return Generation([Choice(text, "stop" if shown else "length", 5)] * n, 10 * n, 5 * n, 0.0)
+
+
+async def test_answers_that_copy_a_shown_example_are_counted_with_how_often_they_were_right():
+    from rich.console import Console
+
+    from gym_tf.display import comparison_table
+    from rewards.answers import last_boxed
+
+    def exact(completions, answer, **_):
+        return [float(last_boxed(c) == answer) for c in completions]
+
+    problems = [Problem(f"p{i}", f"Are the strings of pair {i} isomorphic?", "False" if i in (2, 5) else "True")
+                for i in range(8)]
+    solution = "Each letter of the first maps to one letter of the second, so they are \\boxed{True}"
+    library, _ = apply_ops(EMPTY_LIBRARY, [ExampleOp(op="example", text=f"Problem: ab cd?\nSolution: {solution}")],
+                           step=1)
+    result = await compare(CopiesTheExample({}), problems, exact, 4, Sampling(),
+                           [("none", EMPTY_LIBRARY, 0), ("learned", library, 900)], seed=1)
+    none, learned = result.arms
+    assert none.copies is None  # shown no example: nothing to copy
+    assert (learned.copies.samples, learned.copies.of, learned.copies.mean_reward) == (32, 32, 0.75)
+    assert result.to_dict()["arms"][1]["copies"] == {"samples": 32, "of": 32, "share": 1.0, "mean_reward": 0.75}
+    console = Console(record=True, width=110)
+    console.print(comparison_table(result))
+    assert "32 of 32 (100%, right 0.75)" in console.export_text()
+
+    helped = await compare(HelpedByExamples({p.problem: p.answer for p in problems}), problems, exact, 4, Sampling(),
+                           [("none", EMPTY_LIBRARY, 0), ("learned", library, 900)], seed=1)
+    assert (helped.arms[1].copies.samples, helped.arms[1].copies.of) == (0, 32)  # its own working: no copy
+    assert helped.arms[1].copies.mean_reward is None and "0 of 32 (0%)" in str(helped.arms[1].copies)
+
+
+def test_an_answer_copies_an_example_when_most_of_its_words_repeat_the_solution():
+    from gym_tf.library import copies_example
+
+    solution = ("The front side is now the top. The right side is now the top. Since all rotations followed the "
+                "same order, the colour of the front side is \\boxed{white}")
+    assert copies_example(solution, [solution])
+    assert copies_example(solution.replace("white", "red").replace("colour", "color"), ["other", solution])
+    assert not copies_example("Rotate left to top: yellow is on top. Then bottom to top: the front is \\boxed{cyan}",
+                              [solution])
+    assert not copies_example(solution, []) and not copies_example(solution, [""])

@@ -191,6 +191,18 @@ def test_a_rows_wall_time_names_its_cpu_and_an_empty_library_has_nothing_to_prun
     assert bench.pruned({**row, "prune": {**dropped, "status": "rejected"}}) == "2 of 6 (gate refused)"
 
 
+def test_the_items_cell_says_how_many_test_answers_copied_a_worked_example(bench):
+    [row] = [r for r in json.loads(ARCHIVE.read_text(encoding="utf-8"))
+             if r["family"] == "time_intervals" and r.get("epochs") is None]
+    assert "copies" not in row and bench.same(row) == ""  # recorded since 2026-11-28
+    copied = {"samples": 61, "of": 96, "share": 61 / 96, "mean_reward": 0.148}
+    assert bench.same({**row, "copies": copied}) == "; 64% of its test answers copy an example (61 of 96, right 0.15)"
+    assert bench.same({**row, "copies": {**copied, "samples": 0, "share": 0.0, "mean_reward": None}}) == (
+        "; 0% of its test answers copy an example (0 of 96)")
+    assert bench.same({**row, "copies": copied, "same_as": "none"}) == ", the none version: sampled once"
+    assert f"| {row['items']} ({row['lessons']}); 64% of its test answers copy" in bench.markdown([{**row, "copies": copied}])
+
+
 @pytest.mark.parametrize("name, flags, label", [
     ("Intel(R) Xeon(R) Platinum 8480+ CPU @ 2.00GHz", ["avx2", "avx512f", "amx_tile"],
      "Intel Xeon Platinum 8480+ (AVX-512, AMX)"),

@@ -144,3 +144,10 @@ def test_eval_compares_libraries_on_the_embedded_model(tmp_path):
     # beside them, the most common answer (a tie of two: the first, '6') given to both problems, graded by math-verify
     assert data["constant_answer"] == {"answer": "6", "mean": 0.5} and "'6' always" in result.stdout
     assert learned["mean_vs_constant"]["low"] <= learned["mean_vs_constant"]["value"] <= learned["mean_vs_constant"]["high"]
+    # and the library's gain on the problem '6' gets wrong (the other one), beside it in the table and the JSON
+    assert "where '6' is wrong" in result.stdout
+    where_wrong = learned["mean_vs_baseline_uncommon"]
+    assert where_wrong["low"] <= where_wrong["value"] <= where_wrong["high"] and none["mean_vs_baseline_uncommon"] is None
+    # and how many of the library's 4 answers wrote its worked example again (the none arm was shown none)
+    assert learned["copies"]["of"] == 4 and 0 <= learned["copies"]["samples"] <= 4 and none["copies"] is None
+    assert "answers copying an example" in result.stdout
