@@ -441,8 +441,8 @@ def copies_example(answer: str, solutions: Iterable[str]) -> bool:
     """Whether an answer repeats one of these worked examples' solutions (their words at least 80% alike, by difflib)
     instead of working its own problem. The embedded 0.5B does so most of the time a worked example is in its prompt:
     on color_cube_rotation (seed 53, EPYC), 132 of 156 training answers shown an example copied it, right 0.14 of the
-    time (the other 24: 0.18; answering "red" to every problem: 0.18): a copy is right when the problem's answer
-    happens to be the one the copied solution boxes."""
+    time (the other 24: 0.18; "red", the commonest test answer, given to every test problem: 0.175): a copy is right
+    when the problem's answer happens to be the one the copied solution boxes."""
     words = answer.split()
     return any(difflib.SequenceMatcher(None, words, solution.split(), autojunk=False).ratio() >= COPY_SIMILARITY
                for solution in solutions if solution)
