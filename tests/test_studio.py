@@ -267,6 +267,9 @@ def test_evaluations_side_by_side(ws, client):
     assert data["constant_answer"] == {"answer": constant.answer, "mean": constant.mean}
     assert f"“{constant.answer}” always ({constant.mean:.3f})" in html
     assert f"{ws['comparison'].arms[1].mean_vs_constant.value:+.3f}" in html
+    learned = ws["comparison"].arms[1]  # its gain where that answer is wrong, and the answers that copied an example
+    assert f"“{constant.answer}” is wrong" in html and f"{learned.vs_baseline_uncommon.value:+.3f}" in html
+    assert learned.copies is not None and f"{learned.copies.samples} of {learned.copies.of}" in html
 
 
 def test_ledger_root_inclusion_publications_and_anchors(ws, client):
