@@ -11,6 +11,7 @@ from gym_tf.optimize import Optimizer
 from gym_tf.backends import Choice, Generation, Sampling
 from gym_tf.datasets import Problem
 from rewards import math_reward
+from rewards.answers import last_boxed
 
 
 class HelpedByExamples(ScriptedBackend):
@@ -132,24 +133,32 @@ class AnswersTrueWhenShownExamples(ScriptedBackend):
     """Without a library it writes code until its tokens run out; with worked examples in its prompt it boxes True,
     whatever the problem: what isomorphic_strings' examples, all boxing True, taught the 0.5B."""
 
+    def answer_shown(self, prompt: str) -> str:
+        return "Work... so \\boxed{True}"
+
     async def generate(self, messages, n=1, **sampling):
-        shown = EXAMPLES_HEADER in str(messages[0]["content"])
-        text = "Work... so \\boxed{True}" if shown else "def isomorphic(a, b):"
+        prompt = str(messages[0]["content"])
+        shown = EXAMPLES_HEADER in prompt
+        text = self.answer_shown(prompt) if shown else "def isomorphic(a, b):"
         self.calls.append({"stage": "solve"})
         return Generation([Choice(text, "stop" if shown else "length", 5)] * n, 10 * n, 5 * n, 0.0)
+
+
+def exact(completions, answer, **_):
+    return [float(last_boxed(c) == answer) for c in completions]
+
+
+# True 6 times in 8
+ISOMORPHIC = [Problem(f"p{i}", f"Are the strings of pair {i} isomorphic?", "False" if i in (2, 5) else "True")
+              for i in range(8)]
 
 
 async def test_a_gain_that_is_the_most_common_answer_given_to_every_problem_is_named_so():
     from rich.console import Console
 
     from gym_tf.display import comparison_table
-    from rewards.answers import last_boxed
 
-    def exact(completions, answer, **_):
-        return [float(last_boxed(c) == answer) for c in completions]
-
-    problems = [Problem(f"p{i}", f"Are the strings of pair {i} isomorphic?", "False" if i in (2, 5) else "True")
-                for i in range(8)]
+    problems = ISOMORPHIC
     library, _ = apply_ops(EMPTY_LIBRARY, [ExampleOp(op="example", text="Problem: ab cd?\nSolution: \\boxed{True}")],
                            step=1)
     arms = [("none", EMPTY_LIBRARY, 0), ("learned", library, 900)]
@@ -200,29 +209,20 @@ async def test_a_reference_that_is_no_answer_is_not_given_to_every_problem():
                           seed=1)).constant is None  # the sentence is still the most common: still not compared
 
 
-class CopiesTheExample(ScriptedBackend):
+class CopiesTheExample(AnswersTrueWhenShownExamples):
     """With a worked example in its prompt, it writes the example's solution again, whatever the problem (what the
     0.5B did on color_cube_rotation); without one, it writes code until its tokens run out."""
 
-    async def generate(self, messages, n=1, **sampling):
-        prompt = str(messages[0]["content"])
-        shown = EXAMPLES_HEADER in prompt
-        text = prompt.split("Solution: ", 1)[1].split("\n")[0] if shown else "def isomorphic(a, b):"
-        self.calls.append({"stage": "solve"})
-        return Generation([Choice(text, "stop" if shown else "length", 5)] * n, 10 * n, 5 * n, 0.0)
+    def answer_shown(self, prompt: str) -> str:
+        return prompt.split("Solution: ", 1)[1].split("\n")[0]
 
 
 async def test_answers_that_copy_a_shown_example_are_counted_with_how_often_they_were_right():
     from rich.console import Console
 
     from gym_tf.display import comparison_table
-    from rewards.answers import last_boxed
 
-    def exact(completions, answer, **_):
-        return [float(last_boxed(c) == answer) for c in completions]
-
-    problems = [Problem(f"p{i}", f"Are the strings of pair {i} isomorphic?", "False" if i in (2, 5) else "True")
-                for i in range(8)]
+    problems = ISOMORPHIC
     solution = "Each letter of the first maps to one letter of the second, so they are \\boxed{True}"
     library, _ = apply_ops(EMPTY_LIBRARY, [ExampleOp(op="example", text=f"Problem: ab cd?\nSolution: {solution}")],
                            step=1)
