@@ -543,7 +543,7 @@ def same(r: dict) -> str:
     if not copied:
         return ""
     right = f", right {copied['mean_reward']:.2f}" if copied["mean_reward"] is not None else ""
-    return f"; {copied['share']:.0%} of its test answers copy an example ({copied['samples']} of {copied['of']}{right})"
+    return f"; {copied['share']:.0%} of its test answers copy an example ({copied['copied']} of {copied['of']}{right})"
 
 
 def wall(r: dict) -> str:

@@ -61,20 +61,20 @@ class Copies:
     """How many of an arm's answers repeat the solution of a worked example in their prompt (`copies_example`), and
     how they scored: a library whose gain comes from copies taught the example's answer, not its working."""
 
-    samples: int
-    of: int  # the arm's answers
+    copied: int  # the answers that copy
+    of: int  # the arm's answers, shown an example or not
     mean_reward: float | None  # of the copies; None with none
 
     @property
     def share(self) -> float:
-        return self.samples / self.of if self.of else 0.0
+        return self.copied / self.of if self.of else 0.0
 
     def to_dict(self) -> dict[str, Any]:
-        return {"samples": self.samples, "of": self.of, "share": self.share, "mean_reward": self.mean_reward}
+        return {"copied": self.copied, "of": self.of, "share": self.share, "mean_reward": self.mean_reward}
 
     def __str__(self) -> str:
         right = f", right {self.mean_reward:.2f}" if self.mean_reward is not None else ""
-        return f"{self.samples} of {self.of} ({self.share:.0%}{right})"
+        return f"{self.copied} of {self.of} ({self.share:.0%}{right})"
 
 
 def count_copies(report: EvalReport, library: LibraryVersion) -> Copies | None:
@@ -144,8 +144,8 @@ class Comparison:
 async def constant_answer(problems: list[Problem], reward: Callable[..., Any]) -> ConstantAnswer | None:
     """The most common reference answer (the first of a tie), boxed, scored on every problem; None with no answers,
     where the reward cannot grade it (a measure beside the comparison must not cost the comparison), or where it
-    scores below full marks on every problem it is the reference of: then it is no answer but a stand-in (a
-    reasoning-gym family whose problems have many right answers stores a sentence saying so)."""
+    scores 0 on every problem it is the reference of: then it is no answer but a stand-in (a reasoning-gym family
+    whose problems have many right answers stores a sentence saying so). Partial credit keeps it."""
     answers = Counter(p.answer for p in problems if p.answer is not None)
     if not answers:
         return None
@@ -155,8 +155,8 @@ async def constant_answer(problems: list[Problem], reward: Callable[..., Any]) -
     except RewardError as error:
         logger.warning("the most common answer %r could not be graded, so it is not compared: %s", answer, error)
         return None
-    if all(scores[p.id] < 1 for p in problems if p.answer == answer):
-        logger.info("the most common reference %r is not itself a right answer, so it is not compared", answer)
+    if all(scores[p.id] <= 0 for p in problems if p.answer == answer):
+        logger.warning("the most common reference %r is not itself a right answer, so it is not compared", answer)
         return None
     return ConstantAnswer(answer, scores)
 

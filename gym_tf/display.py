@@ -54,12 +54,13 @@ def comparison_table(comparison) -> Table:
         row(f"Mean@{k} - {answer!r} always", lambda a: str(a.mean_vs_constant))
         row(f"Mean@{k} - {base.name}, where {answer!r} is wrong",
             lambda a: str(a.vs_baseline_uncommon) if a.vs_baseline_uncommon else "-")
-    if any(a.copies for a in comparison.arms):
+    copies = any(a.copies for a in comparison.arms)
+    if copies:
         row("answers copying an example", lambda a: str(a.copies) if a.copies else "-")
     row("extra prompt tok/call", lambda a: f"{comparison.extra_prompt_tokens(a):+.0f}")
     row("tokens spent learning", lambda a: str(a.learning_tokens or "-"))
     table.caption = "an interval wholly above 0 is a gain beyond noise"
-    if any(a.copies for a in comparison.arms):
+    if copies:
         table.caption += ("\nanswers copying an example: repeating the solution of a worked example in their prompt "
                           "(and how often such copies were right)")
     if common:

@@ -438,14 +438,21 @@ COPY_SIMILARITY = 0.8  # difflib's ratio over words at which an answer counts as
 
 
 def copies_example(answer: str, solutions: Iterable[str]) -> bool:
-    """Whether an answer repeats one of these worked examples' solutions (their words at least 80% alike, by difflib)
-    instead of working its own problem. The embedded 0.5B does so most of the time a worked example is in its prompt:
-    on color_cube_rotation (seed 53, EPYC), 132 of 156 training answers shown an example copied it, right 0.14 of the
-    time (the other 24: 0.18; "red", the commonest test answer, given to every test problem: 0.175): a copy is right
-    when the problem's answer happens to be the one the copied solution boxes."""
+    """Whether an answer repeats one of these worked examples' solutions (difflib's ratio over their words at least
+    `COPY_SIMILARITY`) instead of working its own problem. How often the embedded 0.5B does so depends on the family:
+    on color_cube_rotation (seed 53, EPYC) 132 of 156 training answers shown an example copied it, right 0.14 of the
+    time (the other 24: 0.18), right when the problem's answer happened to be the one the copy boxes; on
+    knights_knaves (seed 55) 14 of 144. The cheap upper bounds go first: a long looping answer is refused by its
+    length alone."""
     words = answer.split()
-    return any(difflib.SequenceMatcher(None, words, solution.split(), autojunk=False).ratio() >= COPY_SIMILARITY
-               for solution in solutions if solution)
+    for solution in solutions:
+        if not solution:
+            continue
+        match = difflib.SequenceMatcher(None, words, solution.split(), autojunk=False)
+        if (match.real_quick_ratio() >= COPY_SIMILARITY and match.quick_ratio() >= COPY_SIMILARITY
+                and match.ratio() >= COPY_SIMILARITY):
+            return True
+    return False
 
 
 def problems_held_in(library: LibraryVersion, problems: Iterable[Any]) -> list[str]:

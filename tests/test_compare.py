@@ -204,6 +204,9 @@ async def test_a_reference_that_is_no_answer_is_not_given_to_every_problem():
     arms = [("none", EMPTY_LIBRARY, 0)]
     result = await compare(AnswersTrueWhenShownExamples({}), problems, any_valid_path, 2, Sampling(), arms, seed=1)
     assert result.constant is None and result.to_dict()["constant_answer"] is None
+    partial = await compare(AnswersTrueWhenShownExamples({}), problems, lambda completions, **_: [0.5] * len(completions), 2,
+                            Sampling(), arms, seed=1)
+    assert partial.constant.answer == NO_SINGLE_ANSWER  # a reward whose full marks are below 1 keeps its answer
     mixed = problems[:3] + [Problem("p3", "Find a path in graph 3", "a->b")]  # a real answer, even if less common
     assert (await compare(AnswersTrueWhenShownExamples({}), mixed, any_valid_path, 2, Sampling(), arms,
                           seed=1)).constant is None  # the sentence is still the most common: still not compared
@@ -230,15 +233,15 @@ async def test_answers_that_copy_a_shown_example_are_counted_with_how_often_they
                            [("none", EMPTY_LIBRARY, 0), ("learned", library, 900)], seed=1)
     none, learned = result.arms
     assert none.copies is None  # shown no example: nothing to copy
-    assert (learned.copies.samples, learned.copies.of, learned.copies.mean_reward) == (32, 32, 0.75)
-    assert result.to_dict()["arms"][1]["copies"] == {"samples": 32, "of": 32, "share": 1.0, "mean_reward": 0.75}
+    assert (learned.copies.copied, learned.copies.of, learned.copies.mean_reward) == (32, 32, 0.75)
+    assert result.to_dict()["arms"][1]["copies"] == {"copied": 32, "of": 32, "share": 1.0, "mean_reward": 0.75}
     console = Console(record=True, width=110)
     console.print(comparison_table(result))
     assert "32 of 32 (100%, right 0.75)" in console.export_text()
 
     helped = await compare(HelpedByExamples({p.problem: p.answer for p in problems}), problems, exact, 4, Sampling(),
                            [("none", EMPTY_LIBRARY, 0), ("learned", library, 900)], seed=1)
-    assert (helped.arms[1].copies.samples, helped.arms[1].copies.of) == (0, 32)  # its own working: no copy
+    assert (helped.arms[1].copies.copied, helped.arms[1].copies.of) == (0, 32)  # its own working: no copy
     assert helped.arms[1].copies.mean_reward is None and "0 of 32 (0%)" in str(helped.arms[1].copies)
 
 
@@ -252,3 +255,7 @@ def test_an_answer_copies_an_example_when_most_of_its_words_repeat_the_solution(
     assert not copies_example("Rotate left to top: yellow is on top. Then bottom to top: the front is \\boxed{cyan}",
                               [solution])
     assert not copies_example(solution, []) and not copies_example(solution, [""])
+    words = solution.split()  # near the threshold: 8 of 10 words kept is 0.89 alike, 6 of 10 is 0.75
+    assert copies_example(" ".join(words[:len(words) * 8 // 10]), [solution])
+    assert not copies_example(" ".join(words[:len(words) * 6 // 10]), [solution])
+    assert not copies_example(" ".join([solution] * 20), [solution])  # a loop of it is no longer the same answer

@@ -195,9 +195,9 @@ def test_the_items_cell_says_how_many_test_answers_copied_a_worked_example(bench
     [row] = [r for r in json.loads(ARCHIVE.read_text(encoding="utf-8"))
              if r["family"] == "time_intervals" and r.get("epochs") is None]
     assert "copies" not in row and bench.same(row) == ""  # recorded since 2026-11-28
-    copied = {"samples": 61, "of": 96, "share": 61 / 96, "mean_reward": 0.148}
+    copied = {"copied": 61, "of": 96, "share": 61 / 96, "mean_reward": 0.148}
     assert bench.same({**row, "copies": copied}) == "; 64% of its test answers copy an example (61 of 96, right 0.15)"
-    assert bench.same({**row, "copies": {**copied, "samples": 0, "share": 0.0, "mean_reward": None}}) == (
+    assert bench.same({**row, "copies": {**copied, "copied": 0, "share": 0.0, "mean_reward": None}}) == (
         "; 0% of its test answers copy an example (0 of 96)")
     assert bench.same({**row, "copies": copied, "same_as": "none"}) == ", the none version: sampled once"
     assert f"| {row['items']} ({row['lessons']}); 64% of its test answers copy" in bench.markdown([{**row, "copies": copied}])

@@ -269,7 +269,7 @@ def test_evaluations_side_by_side(ws, client):
     assert f"{ws['comparison'].arms[1].mean_vs_constant.value:+.3f}" in html
     learned = ws["comparison"].arms[1]  # its gain where that answer is wrong, and the answers that copied an example
     assert f"“{constant.answer}” is wrong" in html and f"{learned.vs_baseline_uncommon.value:+.3f}" in html
-    assert learned.copies is not None and f"{learned.copies.samples} of {learned.copies.of}" in html
+    assert learned.copies is not None and f"{learned.copies.copied} of {learned.copies.of}" in html
 
 
 def test_ledger_root_inclusion_publications_and_anchors(ws, client):
