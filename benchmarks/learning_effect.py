@@ -114,7 +114,7 @@ async def pick_level(family: str, args: argparse.Namespace, backend, folder: Pat
 # how the benchmark is invoked, not what a family's run is (and the API key, which no file keeps)
 NOT_SETTINGS = frozenset({"resume", "out", "report", "plot", "screen", "archive", "note", "families", "api_key"})
 # settings added after runs were recorded, with the value those runs had
-LATER_SETTINGS = {"examples_per_answer": "None"}
+LATER_SETTINGS = {"examples_per_answer": "None", "refuse_copied_examples": "False"}
 
 
 def settings(args: argparse.Namespace) -> dict[str, str]:
@@ -216,6 +216,7 @@ async def one_family(family: str, args: argparse.Namespace, out: Path) -> dict:
             hard_groups=args.hard_groups, examples_per_prompt=args.examples, worked_examples=args.examples > 0,
             retrieve_lessons=args.retrieve_lessons, rollout=rollout, backend=backend_config, learner=learner_config,
             prune=args.prune, learner_examples=args.learner_examples, examples_per_answer=args.examples_per_answer,
+            refuse_copied_examples=args.refuse_copied_examples,
         )
 
         def progress(p):
@@ -590,6 +591,8 @@ def arguments() -> argparse.ArgumentParser:
     parser.add_argument("--examples", type=int, default=2, help="worked examples per prompt (0: lessons only)")
     parser.add_argument("--examples-per-answer", type=int, default=None,
                         help="keep at most N worked examples with the same final answer (default: no limit)")
+    parser.add_argument("--refuse-copied-examples", action="store_true",
+                        help="keep no answer that copies a worked example's solution as another worked example")
     parser.add_argument("--retrieve-lessons", type=int, default=None)
     parser.add_argument("--learner-examples", type=int, default=0,
                         help="where no answer of the policy is fit to show, the learner's answers (this many) can be "

@@ -264,6 +264,8 @@ def optimize(
     worked_examples: Annotated[bool, typer.Option(help="keep verified correct answers as worked examples")] = True,
     examples_per_answer: Annotated[Optional[int], typer.Option(
         help="keep at most N worked examples with the same final answer (none: no limit)")] = None,
+    refuse_copied_examples: Annotated[bool, typer.Option(
+        help="keep no answer that copies a worked example's solution as another worked example")] = False,
     learner_examples: Annotated[int, typer.Option(help="where the model answered a problem right in no showable way, "
                                                        "the learner answers it N times; a verified answer becomes "
                                                        "the worked example")] = 0,
@@ -323,7 +325,8 @@ def optimize(
             batch_size=batch_size, group_size=group_size, seed=seed, reward=reward, val_dataset=val_dataset,
             val_samples=val_samples, prune=prune, max_tokens=max_tokens, max_library_tokens=max_library_tokens,
             retrieve_lessons=retrieve_lessons, examples_per_prompt=examples_per_prompt, worked_examples=worked_examples,
-            examples_per_answer=examples_per_answer, learner_examples=learner_examples, summarize=summarize,
+            examples_per_answer=examples_per_answer, refuse_copied_examples=refuse_copied_examples,
+            learner_examples=learner_examples, summarize=summarize,
             hard_groups=hard_groups,
             rollout=RolloutConfig(temperature=temperature, max_completion_tokens=max_completion_tokens),
             backend=backend_config(backend, base_url, model, api_key, model_file, concurrency, timeout), learner=learner,

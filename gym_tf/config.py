@@ -71,6 +71,9 @@ class OptimizeConfig(BaseModel):
     examples_per_answer: int | None = Field(None, ge=1, description="keep at most this many worked examples with "
                                             "the same final answer (none: no limit); a small model shown the same "
                                             "answer again and again copies it")
+    refuse_copied_examples: bool = Field(False, description="keep no answer whose words are at least 80% a worked "
+                                         "example's solution (a copy, right only where its answer happens to be "
+                                         "this problem's) as another worked example")
     learner_examples: int = Field(0, ge=0, le=16, description="where none of the model's answers to a problem is fit "
                                   "to show, the learner answers it this many times and a verified answer becomes the "
                                   "worked example (0: off; meant for a stronger learner)")
@@ -106,6 +109,8 @@ class OptimizeConfig(BaseModel):
             del data["learner_examples"]  # and for runs where the learner answers no problem
         if self.examples_per_answer is None:
             del data["examples_per_answer"]  # and for runs with no cap on examples per answer
+        if not self.refuse_copied_examples:
+            del data["refuse_copied_examples"]  # and for runs that keep copies
         return data
 
     def render_policy(self) -> RenderPolicy:

@@ -29,8 +29,8 @@ from gym_tf.evaluate import evaluate
 from gym_tf.learner import (JudgeCalls, LearnerCalls, OpRules, StageReply, consolidate_prompt, group_prompt,
                              summarize_prompt)
 from gym_tf.library import (MAX_EXAMPLE_CHARS, DeleteOp, ExampleOp, Experience, LibraryVersion, OpVerdict,
-                             Provenance, apply_ops, example_parts, example_text, problems_held_in, shows_unrun_output,
-                             solution_steps, with_policy)
+                             Provenance, apply_ops, copies_example, example_parts, example_text, problems_held_in,
+                             shows_unrun_output, solution_steps, with_policy)
 from gym_tf.metrics import canonical_answer, paired_difference
 from gym_tf.rollouts import Rollout, build_messages, rollout_many
 from gym_tf.store import LEARNER_ANSWER, RunStore, config_hash, rollout_key
@@ -420,13 +420,19 @@ class Optimizer:
         self._count_tokens()
         return scores
 
-    def _showable(self, problem: Problem, group: list[Rollout]) -> list[Rollout]:
+    def _showable(self, problem: Problem, group: list[Rollout], solutions: list[str]) -> list[Rollout]:
         """The answers fit to be a worked example: scored correct by the verifier, ended on their own (not cut off),
-        showing no output of code they never ran, and short enough to show. The cap is on the solution, not on the
-        problem's statement, which in many task families is long boilerplate; the whole item is still bounded."""
+        showing no output of code they never ran, and short enough to show; with `refuse_copied_examples`, not a
+        copy of one of these worked examples' solutions (`copies_example`): the copy works another problem and is
+        right where its answer happens to be this one's, so it verifies nothing and shows the same solution twice.
+        The cap is on the solution, not on the problem's statement, which in many task families is long boilerplate;
+        the whole item is still bounded."""
+        if not self.config.refuse_copied_examples:
+            solutions = []
         return [r for r in group if (r.reward or 0) >= 1 and r.finish_reason != "length"
                 and not shows_unrun_output(r.completion) and len(r.completion.strip()) <= self.config.max_example_chars
-                and len(example_text(problem.problem, r.completion)) <= MAX_EXAMPLE_CHARS]
+                and len(example_text(problem.problem, r.completion)) <= MAX_EXAMPLE_CHARS
+                and not copies_example(r.completion, solutions)]
 
     async def _learner_answers(self, epoch: int, step: int, batch: list[Problem], groups: dict[str, list[Rollout]],
                                library: LibraryVersion) -> dict[str, list[Rollout]]:
@@ -435,8 +441,9 @@ class Optimizer:
         so a resumed run pays for none twice. A small model that solves almost nothing gets someone's verified
         working to read."""
         self._check_budget()
-        have = _examples_held(library)
-        todo = [p for p in batch if p.answer is not None and p.id not in have and not self._showable(p, groups[p.id])]
+        have, solutions = _examples_held(library), _example_solutions(library)
+        todo = [p for p in batch if p.answer is not None and p.id not in have
+                and not self._showable(p, groups[p.id], solutions)]
         return await self._stored_or_sampled(epoch, step, todo, library, self.learner_backend,
                                              self.config.learner_examples, f"learner:{epoch}", prefix=LEARNER_ANSWER)
 
@@ -447,15 +454,15 @@ class Optimizer:
         else the learner's, the one that shows the most steps (then the shortest). An answer that only states the
         result demonstrates nothing. With `examples_per_answer`, none whose final answer the library already shows
         that many times."""
-        have = _examples_held(library)
+        have, solutions = _examples_held(library), _example_solutions(library)
         cap = self.config.examples_per_answer
         answers = Counter(self._answer_shown(i) for i in library.items if i.kind == "example") if cap else Counter()
         out = []
         for problem in batch:
             if problem.id in have or problem.answer is None:
                 continue
-            own = self._showable(problem, groups[problem.id])
-            showable, prefix = (own, "") if own else (self._showable(problem, learners.get(problem.id, [])),
+            own = self._showable(problem, groups[problem.id], solutions)
+            showable, prefix = (own, "") if own else (self._showable(problem, learners.get(problem.id, []), solutions),
                                                       LEARNER_ANSWER)
             if not showable:
                 continue
@@ -464,6 +471,7 @@ class Optimizer:
             if cap is not None and answers[answer] >= cap:
                 continue
             answers[answer] += 1
+            solutions.append(best.completion)
             origin = Provenance(step=step, op="example", problem_ids=(problem.id,),
                                 rollout_ids=(rollout_key(self.run_id, step, prefix + problem.id, best.sample),))
             out.append((ExampleOp(op="example", text=example_text(problem.problem, best.completion)), origin))
@@ -512,6 +520,11 @@ class Optimizer:
 def _examples_held(library: LibraryVersion) -> set[str]:
     """The problems the library already holds a worked example of."""
     return {pid for item in library.items if item.kind == "example" for pid in item.provenance.problem_ids}
+
+
+def _example_solutions(library: LibraryVersion) -> list[str]:
+    """The solutions the library's worked examples show."""
+    return [example_parts(item.text)[1] for item in library.items if item.kind == "example"]
 
 
 def _mean(values: Any) -> float:

@@ -16,7 +16,7 @@ import uvicorn
 from fastapi import FastAPI, Request
 
 sys.path.insert(0, str(Path(__file__).parent))
-from fakes import _stage, default_learner  # noqa: E402
+from fakes import _stage, default_learner, solve_text  # noqa: E402
 from gym_tf.datasets import load_dataset  # noqa: E402
 
 ANSWERS = {p.problem: p.answer for p in load_dataset("quickstart")}
@@ -39,7 +39,7 @@ async def chat(request: Request):
         if last in ANSWERS:
             skill = 0.9 if ("Experiences learned" in system or "Worked examples" in system) else 0.3
             draw = int(hashlib.sha256(f"{last}:{body.get('seed')}:{i}".encode()).hexdigest(), 16) % 1000
-            texts.append(f"Work... so \\boxed{{{ANSWERS[last] if draw < skill * 1000 else 'wrong'}}}")
+            texts.append(solve_text(last, ANSWERS[last] if draw < skill * 1000 else "wrong"))
         else:
             texts.append(default_learner(_stage(messages[0]["content"]), messages[0]["content"]))
     completion = sum(len(t.split()) for t in texts)

@@ -43,6 +43,13 @@ def default_learner(stage: str, prompt: str, attempt: int = 0) -> str:
     return "CORRECT"
 
 
+def solve_text(problem: str, answer: str) -> str:
+    """A scripted answer: working of its own problem (words of its digest: answers to two problems are not one
+    text, which a worked example would refuse as a copy), then the boxed answer."""
+    digest = hashlib.sha256(problem.encode()).hexdigest()
+    return f"Work {digest[:4]} {digest[4:8]}... so \\boxed{{{answer}}}"
+
+
 class ScriptedBackend:
     """Answers solve prompts right or wrong by a hash of (problem, seed): deterministic and order-independent.
 
@@ -78,7 +85,7 @@ class ScriptedBackend:
                 problem = messages[-1]["content"]
                 gold = self.answers[problem]
                 draw = int(hashlib.sha256(f"{problem}:{sampling.get('seed')}:{i}".encode()).hexdigest(), 16) % 1000
-                text = f"Work... so \\boxed{{{gold if draw < skill * 1000 else 'wrong'}}}"
+                text = solve_text(problem, gold if draw < skill * 1000 else "wrong")
             else:
                 text = self.learner(stage, first["content"], attempt)
             choices.append(Choice(text=text, finish_reason="stop", completion_tokens=len(text.split())))

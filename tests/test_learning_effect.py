@@ -137,12 +137,16 @@ def test_a_run_recorded_before_the_archive_options_or_a_later_setting_existed_st
     """--archive and --note say how the benchmark is invoked, not what a run is: a run's recorded settings never had
     them, and a resume must not read their absence as other settings."""
     now = bench.settings(bench.arguments().parse_args(["--families", "gcd"]))
-    recorded = {k: v for k, v in now.items() if k not in ("archive", "note", "examples_per_answer")}
+    recorded = {k: v for k, v in now.items()
+                if k not in ("archive", "note", "examples_per_answer", "refuse_copied_examples")}
     bench.same_settings(recorded, now, "level.json")
     # a setting added later reads, in a run recorded before it, as the value that run had
     capped = bench.settings(bench.arguments().parse_args(["--families", "gcd", "--examples-per-answer", "1"]))
     with pytest.raises(bench.ConfigError, match=r"other settings \(examples_per_answer\)"):
         bench.same_settings(recorded, capped, "level.json")
+    refusing = bench.settings(bench.arguments().parse_args(["--families", "gcd", "--refuse-copied-examples"]))
+    with pytest.raises(bench.ConfigError, match=r"other settings \(refuse_copied_examples\)"):
+        bench.same_settings(recorded, refusing, "level.json")
     with pytest.raises(bench.ConfigError, match=r"other settings \(seed\)"):
         bench.same_settings(recorded | {"seed": "7"}, now, "level.json")
 

@@ -15,13 +15,14 @@ from pathlib import Path
 import pytest
 
 from crash_run import CONFIG, GATED, scripted
-from fakes import ScriptedBackend, default_learner
+from fakes import ScriptedBackend, default_learner, solve_text
 from gym_tf.config import OptimizeConfig
 from gym_tf.datasets import Problem, load_dataset
 from gym_tf.errors import ConfigError
 from gym_tf.display import library_table
 from gym_tf.learner import OpRules, numbers_of, repeats_problem, summarize_prompt
-from gym_tf.library import EMPTY_LIBRARY, AddOp, ExampleOp, LibraryVersion, apply_ops, example_text
+from gym_tf.library import (EMPTY_LIBRARY, AddOp, ExampleOp, LibraryVersion, apply_ops, copies_example, example_parts,
+                            example_text)
 from gym_tf.library_io import diff_versions
 from gym_tf.metrics import canonical_answer
 from gym_tf.optimize import Optimizer, resume_config
@@ -236,6 +237,40 @@ async def test_the_learner_answers_what_the_model_could_not_show_and_its_verifie
     found = await again._learner_answers(0, step, batch, groups, LibraryVersion())
     assert sum(c["n"] for c in learner.calls if c["stage"] == "solve") == paid == 16
     assert len(batch) == 4 and {pid: len(g) for pid, g in found.items()} == {p.id: 2 for p in batch}
+
+
+CUBES = {"A cube's top is white; turn it over. What is on the bottom?": "white",
+         "A cube's front is white; turn it left. What is on the right?": "white"}
+
+
+class Copying(ScriptedBackend):
+    """Every right answer is the working of the first cube problem again: a copy that is right on the second only
+    because both answers are white (the 0.5B on color_cube_rotation)."""
+
+    async def generate(self, messages, n=1, **sampling):
+        generation = await super().generate(messages, n, **sampling)
+        copy = solve_text(next(iter(CUBES)), "white")
+        return dataclasses.replace(generation, choices=[dataclasses.replace(c, text=copy)
+                                                        for c in generation.choices])
+
+
+@pytest.mark.parametrize("batch_size", [1, 2])  # the example held in the library, or kept earlier in the same step
+@pytest.mark.parametrize("backend, refuse, kept", [(ScriptedBackend, True, 2), (Copying, True, 1), (Copying, False, 2)])
+async def test_an_answer_copying_a_worked_example_is_not_kept_as_another(tmp_path, batch_size, backend, refuse, kept):
+    rows = [{"id": f"c{i}", "problem": problem, "answer": answer} for i, (problem, answer) in enumerate(CUBES.items())]
+    (tmp_path / "cubes.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
+    config = OptimizeConfig(dataset=str(tmp_path / "cubes.jsonl"), batch_size=batch_size, group_size=2, epochs=1,
+                            refuse_copied_examples=refuse)
+    assert ("refuse_copied_examples" in config.recorded()) == refuse  # runs without it keep their hash
+    store = RunStore(tmp_path / "ws")
+    _, result = await run(store, backend(CUBES, skill=1.0), config)
+    examples = [i for i in result.library.items if i.kind == "example"]
+    assert len(examples) == kept and all(i.text.endswith("\\boxed{white}") for i in examples)
+    if kept == 1:  # the other problem's answers were all right, and all copies of the example's solution
+        [shown] = examples[0].provenance.problem_ids
+        refused = [r for r in store.db["rollouts"].rows if r["problem_id"] != shown]
+        assert len(refused) == 2 and all(r["reward"] == 1.0 for r in refused)
+        assert all(copies_example(r["completion"], [example_parts(examples[0].text)[1]]) for r in refused)
 
 
 async def test_hard_groups_learn_from_the_reference_answer(store, quickstart):
