@@ -17,7 +17,7 @@ from typing import Any, Callable
 from gym_tf.backends import Backend, Sampling
 from gym_tf.datasets import Problem
 from gym_tf.evaluate import EvalReport, evaluate
-from gym_tf.library import LibraryVersion, copies_example, example_parts, problems_held_in
+from gym_tf.library import LibraryVersion, copies_example, example_solutions, problems_held_in
 from gym_tf.metrics import Estimate, paired_difference
 from gym_tf.errors import RewardError
 from gym_tf.rollouts import Rollout, score
@@ -80,7 +80,7 @@ class Copies:
 def count_copies(report: EvalReport, library: LibraryVersion) -> Copies | None:
     """The answers in `report` that repeat a worked example of `library` shown to them; None where no example was
     shown to any."""
-    solutions = {i.id: example_parts(i.text)[1] for i in library.items if i.kind == "example"}
+    solutions = example_solutions(library)
     answers = [r for group in report.rollouts.values() for r in group]
     if not any(s in solutions for r in answers for s in r.shown):
         return None

@@ -410,6 +410,11 @@ def example_parts(text: str) -> tuple[str, str]:
     return problem.strip(), solution.strip()
 
 
+def example_solutions(library: LibraryVersion) -> dict[str, str]:
+    """The solution each worked example of the library shows, by item id."""
+    return {item.id: example_parts(item.text)[1] for item in library.items if item.kind == "example"}
+
+
 _FENCE = re.compile(r"^\s*```")
 _OUTPUT_FENCE = re.compile(r"^\s*```\s*(?:output|stdout|console)\b", re.IGNORECASE | re.MULTILINE)
 

@@ -29,8 +29,8 @@ from gym_tf.evaluate import evaluate
 from gym_tf.learner import (JudgeCalls, LearnerCalls, OpRules, StageReply, consolidate_prompt, group_prompt,
                              summarize_prompt)
 from gym_tf.library import (MAX_EXAMPLE_CHARS, DeleteOp, ExampleOp, Experience, LibraryVersion, OpVerdict,
-                             Provenance, apply_ops, copies_example, example_parts, example_text, problems_held_in,
-                             shows_unrun_output, solution_steps, with_policy)
+                             Provenance, apply_ops, copies_example, example_parts, example_solutions, example_text,
+                             problems_held_in, shows_unrun_output, solution_steps, with_policy)
 from gym_tf.metrics import canonical_answer, paired_difference
 from gym_tf.rollouts import Rollout, build_messages, rollout_many
 from gym_tf.store import LEARNER_ANSWER, RunStore, config_hash, rollout_key
@@ -441,7 +441,7 @@ class Optimizer:
         so a resumed run pays for none twice. A small model that solves almost nothing gets someone's verified
         working to read."""
         self._check_budget()
-        have, solutions = _examples_held(library), _example_solutions(library)
+        have, solutions = _examples_held(library), list(example_solutions(library).values())
         todo = [p for p in batch if p.answer is not None and p.id not in have
                 and not self._showable(p, groups[p.id], solutions)]
         return await self._stored_or_sampled(epoch, step, todo, library, self.learner_backend,
@@ -454,7 +454,7 @@ class Optimizer:
         else the learner's, the one that shows the most steps (then the shortest). An answer that only states the
         result demonstrates nothing. With `examples_per_answer`, none whose final answer the library already shows
         that many times."""
-        have, solutions = _examples_held(library), _example_solutions(library)
+        have, solutions = _examples_held(library), list(example_solutions(library).values())
         cap = self.config.examples_per_answer
         answers = Counter(self._answer_shown(i) for i in library.items if i.kind == "example") if cap else Counter()
         out = []
@@ -520,11 +520,6 @@ class Optimizer:
 def _examples_held(library: LibraryVersion) -> set[str]:
     """The problems the library already holds a worked example of."""
     return {pid for item in library.items if item.kind == "example" for pid in item.provenance.problem_ids}
-
-
-def _example_solutions(library: LibraryVersion) -> list[str]:
-    """The solutions the library's worked examples show."""
-    return [example_parts(item.text)[1] for item in library.items if item.kind == "example"]
 
 
 def _mean(values: Any) -> float:
