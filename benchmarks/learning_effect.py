@@ -322,11 +322,34 @@ def prune_effect(comparison, prune: dict | None) -> dict | None:
     return out
 
 
+# what a run is on (the problems, the difficulty, the engine), not how it learns: none of these takes a row out of
+# the count across families (a row's model and learner columns say which engine)
+RUN_CHOICES = frozenset({"seed", "level", "level_aim", "base_url", "model", "model_file", "learner_base_url",
+                         "learner_model", "learner_model_file"})
+
+
+def changed_settings(recorded: dict) -> str:
+    """The method settings a run changed from the benchmark's defaults, as its command line wrote them
+    ("--refuse-copied-examples", "--examples-per-answer 1"); empty at the defaults."""
+    parser = arguments()
+    defaults = settings(parser.parse_args([]))
+    flags = {action.dest: action.option_strings for action in parser._actions}  # ["--prune", "--no-prune"], ["-k"]
+    words = []
+    for key in sorted(defaults.keys() - NOT_SETTINGS - RUN_CHOICES):
+        value = recorded.get(key, LATER_SETTINGS.get(key, defaults[key]))
+        if value != defaults[key]:
+            flag = flags[key]
+            words.append(flag[0] if value == "True" else flag[-1] if value == "False" else f"{flag[0]} {value}")
+    return " ".join(words)
+
+
 def row(c: dict) -> dict:
-    """One table row from a family's comparison.json."""
+    """One table row from a family's comparison.json; a run off the method's defaults names them with its family
+    ("polynomial_equations (--examples-per-answer 1)"), which keeps it out of the count across families."""
     none, learned = c["arms"][:2]
     interval = lambda e: (e["value"], e["low"], e["high"])  # noqa: E731
-    return {"family": c["family"], "seed": c["settings"]["seed"], "epochs": int(c["settings"].get("epochs", 1)),
+    changed = changed_settings(c["settings"])
+    return {"family": c["family"] + (f" ({changed})" if changed else ""), "seed": c["settings"]["seed"], "epochs": int(c["settings"].get("epochs", 1)),
             "level": level_text(c), "model": c["model"],
             "learner": c.get("learner", c["model"]), "test": c["problems"],
             "k": c["samples"],

@@ -165,6 +165,7 @@ def test_the_plot_draws_every_run_once_and_stars_the_runs_of_an_earlier_rule_or_
     assert (tmp_path / "effect.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert len(labels) == len(rows)
     assert [label for label in labels if label.endswith(" *")] == [
+        "color_cube_rotation 53, 0.5B, 2 epochs, no library 0.03 *",  # --refuse-copied-examples
         "polynomial_equations 51, 0.5B, 2 epochs, no library 0.37 *",  # --examples-per-answer 1
         "decimal_chain_sum 9, 0.5B, 2 epochs, no library 0.24 *", "fraction_simplification 11, 0.5B, no library 0.10 *",
         "letter_counting 5, 0.5B, no library 0.17 *", "basic_arithmetic 13, 0.5B, no library 0.68 *",
@@ -280,6 +281,31 @@ def test_a_row_records_the_epochs_its_run_learned_for(bench):
     row = bench.row(comparison)
     assert (row["epochs"], row["items"], row["lessons"]) == (2, 1, 0)
     assert bench.row({**comparison, "settings": {"seed": "3"}})["epochs"] == 1
+
+
+def test_a_run_off_the_methods_defaults_names_them_and_stays_out_of_the_count(bench):
+    """An A/B arm such as `--refuse-copied-examples` is archived beside the family's runs at the defaults; its row
+    says what it changed, read from its recorded settings, and the count across families passes over it. What a run
+    is on (seed, level, engine) changes nothing; a setting added after a run was recorded reads as that run had it."""
+    metric = {"value": 0.25, "low": 0.1, "high": 0.4}
+    arm = lambda name: {"name": name, "library_items": 1, "tokens": {"learning": 100},  # noqa: E731
+                        "metrics": {"mean_at_k": metric, "majority": metric}, "mean_vs_baseline": metric,
+                        "majority_vs_baseline": metric, "mean_vs_baseline_majority": metric}
+    at_defaults = bench.settings(bench.arguments().parse_args(["--seed", "53", "--level", "0", "--model", "m"]))
+    comparison = {"family": "color_cube_rotation", "settings": at_defaults, "model": "0.5B", "problems": 24,
+                  "samples": 4, "arms": [arm("none"), arm("learned")], "library": [{"kind": "example"}],
+                  "extra_prompt_tokens_per_call": {"learned": 40}, "wall_s": 600, "cpu": "AMD EPYC (AVX2)"}
+    plain = bench.row(comparison)
+    assert plain["family"] == "color_cube_rotation"
+    recorded_before = {k: v for k, v in at_defaults.items() if k not in bench.LATER_SETTINGS}
+    assert bench.row({**comparison, "settings": recorded_before})["family"] == "color_cube_rotation"
+    changed = {**at_defaults, "refuse_copied_examples": "True", "examples_per_answer": "1", "prune": "False",
+               "k": "8"}
+    arm_b = bench.row({**comparison, "settings": changed})
+    assert arm_b["family"] == "color_cube_rotation (--examples-per-answer 1 -k 8 --no-prune --refuse-copied-examples)"
+    summary = bench.across_families([arm_b, {**plain, "diff": (0.0, 0.0, 0.0), "items": 0}])
+    assert summary["families"] == 1 and summary["empty"] == ["color_cube_rotation"]
+    assert bench.across_families([arm_b]) is None
 
 
 def test_the_unpruned_library_is_tested_only_when_asked_and_only_where_pruning_dropped_items(bench, tmp_path):
@@ -407,7 +433,9 @@ def test_a_family_that_cannot_be_made_is_reported_and_the_other_families_still_r
     err = capsys.readouterr().err
     assert "knight_swap not run: reasoning-gym could not make knight_swap problems: AssertionError" in err
     assert "error: not run: knight_swap" in err
-    assert [r["family"] for r in json.loads((tmp_path / "results.json").read_text())] == ["quickstart"]
+    # its settings are not the defaults (fewer epochs and samples, to be quick), and its row says so
+    assert ([r["family"] for r in json.loads((tmp_path / "results.json").read_text())]
+            == ["quickstart (--epochs 1 -k 2 --val-samples 1)"])
 
 
 def test_a_resumed_run_tests_the_splits_it_started_on_and_a_new_run_draws_them(bench, tmp_path, monkeypatch):
