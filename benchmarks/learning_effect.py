@@ -349,8 +349,8 @@ def row(c: dict) -> dict:
     none, learned = c["arms"][:2]
     interval = lambda e: (e["value"], e["low"], e["high"])  # noqa: E731
     changed = changed_settings(c["settings"])
-    return {"family": c["family"] + (f" ({changed})" if changed else ""), "seed": c["settings"]["seed"], "epochs": int(c["settings"].get("epochs", 1)),
-            "level": level_text(c), "model": c["model"],
+    return {"family": c["family"] + (f" ({changed})" if changed else ""), "seed": c["settings"]["seed"],
+            "epochs": int(c["settings"].get("epochs", 1)), "level": level_text(c), "model": c["model"],
             "learner": c.get("learner", c["model"]), "test": c["problems"],
             "k": c["samples"],
             "items": learned["library_items"], "lessons": sum(i.get("kind", "lesson") == "lesson" for i in c["library"]),
