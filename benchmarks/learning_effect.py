@@ -7,7 +7,8 @@
     -> `optimize` on train, validation-gated, ending with its prune step (each item left out on validation)
     -> compare no library and the learned one on test, same seeds: paired Mean@k difference with a 95% interval,
        Majority@k at equal samples, tokens spent; and, with `--test-unpruned`, when the prune step dropped items,
-       the library before it (`unpruned`), so the table shows what pruning did on test.
+       the library before it (`unpruned`), so the table shows what pruning did on test; with `--test-examples N`,
+       the learned library shown N worked examples per prompt instead of `--examples` (`learned, N examples`).
 
 Every family run is reported, gains or not. The defaults are the settings of the README's latest rows (two epochs:
 in the second the model answers with the first's worked examples in its prompt); on the embedded default (no
@@ -30,6 +31,7 @@ import argparse
 import asyncio
 import dataclasses
 import json
+import math
 import re
 import sys
 import time
@@ -46,7 +48,7 @@ from gym_tf.config import OptimizeConfig, RolloutConfig  # noqa: E402
 from gym_tf.datasets import load_dataset  # noqa: E402
 from gym_tf.errors import ConfigError, StoreError  # noqa: E402
 from gym_tf.evaluate import evaluate  # noqa: E402
-from gym_tf.library import LibraryVersion  # noqa: E402
+from gym_tf.library import LibraryVersion, with_policy  # noqa: E402
 from gym_tf.metrics import bootstrap, paired_difference  # noqa: E402
 from gym_tf.optimize import Optimizer  # noqa: E402
 from gym_tf.store import RunStore  # noqa: E402
@@ -114,7 +116,7 @@ async def pick_level(family: str, args: argparse.Namespace, backend, folder: Pat
 # how the benchmark is invoked, not what a family's run is (and the API key, which no file keeps)
 NOT_SETTINGS = frozenset({"resume", "out", "report", "plot", "screen", "archive", "note", "families", "api_key"})
 # settings added after runs were recorded, with the value those runs had
-LATER_SETTINGS = {"examples_per_answer": "None", "refuse_copied_examples": "False"}
+LATER_SETTINGS = {"examples_per_answer": "None", "refuse_copied_examples": "False", "test_examples": "None"}
 
 
 def settings(args: argparse.Namespace) -> dict[str, str]:
@@ -238,7 +240,7 @@ async def one_family(family: str, args: argparse.Namespace, out: Path) -> dict:
                   file=sys.stderr, flush=True)
 
         prune = next((s for s in store.steps(result.run_id) if "ablation" in s["stats"]), None)
-        arms = compared_arms(store, result.library, learning, prune, args.test_unpruned)
+        arms = compared_arms(store, result.library, learning, prune, args.test_unpruned, args.test_examples)
         comparison = await compare(backend, problems, load_reward(reward), args.k, config.rollout.sampling(), arms,
                                    seed=args.seed + 7, on_group=tested)
     finally:
@@ -250,7 +252,7 @@ async def one_family(family: str, args: argparse.Namespace, out: Path) -> dict:
                             model=backend.model, learner=(learner or backend).model, learn_s=learn_s, cpu=cpu_label(),
                             wall_s=clock(), resumed=clock.resumed, settings=settings(args),
                             library=[i.model_dump(mode="json") for i in result.library.items],
-                            prune=prune_effect(comparison, prune))
+                            prune=prune_effect(comparison, prune), against_learned=against_learned(comparison))
     comparison.write(folder / "comparison.json")
     # recorded in the run's workspace as `gym-tf eval` records its own, so the studio shows it beside the run
     comparison.record(store, str(test))
@@ -298,13 +300,44 @@ async def screen(families: list[str], args: argparse.Namespace, out: Path) -> li
 
 
 def compared_arms(store: RunStore, learned: LibraryVersion, learning: int, prune: dict | None,
-                  with_unpruned: bool) -> list[tuple[str, LibraryVersion, int]]:
-    """The libraries the test compares, each with the tokens spent learning it: none, the learned one, and with
-    `with_unpruned` the library before the prune step (`prune`, its step row) where that step dropped items."""
+                  with_unpruned: bool, examples: int | None = None) -> list[tuple[str, LibraryVersion, int]]:
+    """The libraries the test compares, each with the tokens spent learning it: none, the learned one, with
+    `with_unpruned` the library before the prune step (`prune`, its step row) where that step dropped items, and
+    with `examples` the learned one shown that many worked examples per prompt (`shown_examples`), where that
+    changes what a prompt shows (a library of 2 examples shows both either way)."""
     arms = [("none", store.version("empty"), 0), ("learned", learned, learning)]
     if with_unpruned and prune is not None and prune["version_after"] != prune["version_before"]:
         arms.append(("unpruned", store.version(prune["version_before"]), learning))
+    held = sum(item.kind == "example" for item in learned.items)
+    if examples is not None and min(examples, held) != min(learned.policy.examples, held):  # else: the same prompts
+        arms.append((f"learned, {examples} examples", shown_examples(learned, examples), learning))
     return arms
+
+
+def shown_examples(library: LibraryVersion, examples: int) -> LibraryVersion:
+    """The library rendered with `examples` worked examples per prompt, its token budget scaled alike (so a third
+    and fourth example are not cut by the budget sized for two)."""
+    policy = library.policy
+    budget = policy.max_tokens
+    if budget is not None and policy.examples:
+        budget = max(budget, math.ceil(budget * examples / policy.examples))
+    return with_policy(library, policy.model_copy(update={"examples": examples, "max_tokens": budget}))
+
+
+def against_learned(comparison) -> dict[str, dict]:
+    """Each arm after the first two against the learned one, on the same problems and seeds: the paired Mean@k and
+    Majority@k differences, that arm minus the learned one (what a variant of the library did on test)."""
+    arms = comparison.arms
+    if len(arms) < 3:
+        return {}
+    learned = arms[1].report
+    out = {}
+    for arm in arms[2:]:
+        out[arm.name] = {
+            what: dataclasses.asdict(paired_difference(getattr(arm.report, per)(), getattr(learned, per)(),
+                                                       seed=comparison.seed))
+            for what, per in (("mean", "per_problem_mean"), ("majority", "per_problem_majority"))}
+    return out
 
 
 def prune_effect(comparison, prune: dict | None) -> dict | None:
@@ -326,6 +359,8 @@ def prune_effect(comparison, prune: dict | None) -> dict | None:
 # the count across families (a row's model and learner columns say which engine)
 RUN_CHOICES = frozenset({"seed", "level", "level_aim", "base_url", "model", "model_file", "learner_base_url",
                          "learner_model", "learner_model_file"})
+# test arms added beside the learned one: they change neither the library learned nor how its arm is sampled
+EXTRA_ARMS = frozenset({"test_unpruned", "test_examples"})
 
 
 def changed_settings(recorded: dict) -> str:
@@ -335,7 +370,7 @@ def changed_settings(recorded: dict) -> str:
     defaults = settings(parser.parse_args([]))
     flags = {action.dest: action.option_strings for action in parser._actions}  # ["--prune", "--no-prune"], ["-k"]
     words = []
-    for key in sorted(defaults.keys() - NOT_SETTINGS - RUN_CHOICES):
+    for key in sorted(defaults.keys() - NOT_SETTINGS - RUN_CHOICES - EXTRA_ARMS):
         value = recorded.get(key, LATER_SETTINGS.get(key, defaults[key]))
         if value != defaults[key]:
             flag = flags[key]
@@ -370,6 +405,8 @@ def row(c: dict) -> dict:
             # the learned arm's test answers that repeat a worked example shown to them (recorded since 2026-11-28)
             "copies": learned.get("copies"),
             "extra_prompt_tokens": c["extra_prompt_tokens_per_call"][learned["name"]], "prune": c.get("prune"),
+            # the extra test arms against the learned one (recorded since 2026-11-28)
+            "against_learned": c.get("against_learned") or None,
             "learning_tokens": learned["tokens"]["learning"], "wall_min": c["wall_s"] / 60, "cpu": c.get("cpu")}
 
 
@@ -593,6 +630,13 @@ def pruned(r: dict) -> str:
     return text + (", not tested" if prune["dropped"] else "")
 
 
+def count_arg(text: str) -> int:
+    """A count of 0 or more, refused before anything runs."""
+    if not text.isdigit():
+        raise argparse.ArgumentTypeError(f"a count of 0 or more, not {text!r}")
+    return int(text)
+
+
 def level_arg(text: str) -> str:
     if text in ("auto", "default") or (text.isdigit()):
         return text
@@ -629,6 +673,9 @@ def arguments() -> argparse.ArgumentParser:
                         help="where the prune step dropped items, also test the library before it (one more test "
                              "arm, as long as the others: 12 min for coin_flip on 2 cores; the default until "
                              "2026-11-26)")
+    parser.add_argument("--test-examples", type=count_arg, default=None, metavar="N",
+                        help="also test the learned library shown N worked examples per prompt (its budget scaled "
+                             "alike): one more test arm, compared with the learned one on the same problems and seeds")
     parser.add_argument("--max-completion-tokens", type=int, default=256)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--level", default="auto", type=level_arg,

@@ -326,6 +326,50 @@ def test_the_unpruned_library_is_tested_only_when_asked_and_only_where_pruning_d
     assert names(bench.compared_arms(store, after, 900, None, with_unpruned=True)) == both
 
 
+def test_the_learned_library_shown_more_examples_is_one_more_arm_with_its_budget_scaled(bench, tmp_path):
+    from gym_tf.library import Experience, LibraryVersion, Provenance, RenderPolicy, select_items
+    from gym_tf.store import RunStore
+
+    store = RunStore(tmp_path / "ws")
+    solution = "Each cat has 4 legs.\n" + "Count them one by one, then add. " * 12 + "\\boxed{12}"
+    examples = tuple(Experience(id=f"E{n}", kind="example", provenance=Provenance(step=1, op="add"),
+                                text=f"Problem: How many legs do {n} cats have?\nSolution: {solution}")
+                     for n in range(1, 6))
+    learned = LibraryVersion(items=examples, next_number=6, policy=RenderPolicy(max_tokens=300, examples=2))
+    arms = bench.compared_arms(store, learned, 900, None, with_unpruned=False, examples=4)
+    assert [name for name, _, _ in arms] == ["none", "learned", "learned, 4 examples"]
+    shown = arms[2][1]
+    assert shown.items == learned.items and shown.id != learned.id
+    assert (shown.policy.examples, shown.policy.max_tokens) == (4, 600)
+    query = "How many legs do 3 cats have?"
+    assert len(select_items(learned, query)) == 2 and len(select_items(shown, query)) == 4
+    assert arms[2][2] == 900
+    # a count that shows what the learned library already shows adds nothing: that arm would be its prompts again
+    assert len(bench.compared_arms(store, learned, 900, None, with_unpruned=False, examples=2)) == 2
+    two = LibraryVersion(items=examples[:2], next_number=3, policy=learned.policy)
+    assert len(bench.compared_arms(store, two, 900, None, with_unpruned=False, examples=4)) == 2
+    with pytest.raises(SystemExit):
+        bench.arguments().parse_args(["--test-examples", "-1"])
+
+
+def test_each_extra_arm_is_set_against_the_learned_one_and_keeps_its_row_at_the_defaults(bench):
+    from types import SimpleNamespace
+
+    report = lambda means, votes: SimpleNamespace(per_problem_mean=lambda: means,  # noqa: E731
+                                                  per_problem_majority=lambda: votes)
+    arms = [SimpleNamespace(name="none", report=report([0.0, 0.0], [0.0, 0.0])),
+            SimpleNamespace(name="learned", report=report([0.5, 0.25], [1.0, 0.0])),
+            SimpleNamespace(name="learned, 4 examples", report=report([0.25, 0.25], [0.0, 0.0]))]
+    found = bench.against_learned(SimpleNamespace(arms=arms, seed=3))
+    assert list(found) == ["learned, 4 examples"]
+    assert found["learned, 4 examples"]["mean"]["value"] == pytest.approx(-0.125)
+    assert found["learned, 4 examples"]["majority"]["value"] == pytest.approx(-0.5)
+    assert bench.against_learned(SimpleNamespace(arms=arms[:2], seed=3)) == {}
+    with_arms = bench.settings(bench.arguments().parse_args(["--test-examples", "4", "--test-unpruned"]))
+    assert bench.changed_settings(with_arms) == ""
+    assert bench.changed_settings({**with_arms, "examples": "4"}) == "--examples 4"
+
+
 class CrashingBackend:
     """The scripted model, until its `crash_after`-th call: then the engine dies, as a killed run's would."""
 
