@@ -247,12 +247,13 @@ async def one_family(family: str, args: argparse.Namespace, out: Path) -> dict:
         await backend.aclose()
         if learner:
             await learner.aclose()
+    others = against_learned(comparison)
     comparison.extra.update(family=family, level="default" if level is None else level,
                             probes=dataclasses.asdict(calibration) if calibration else None,
                             model=backend.model, learner=(learner or backend).model, learn_s=learn_s, cpu=cpu_label(),
                             wall_s=clock(), resumed=clock.resumed, settings=settings(args),
                             library=[i.model_dump(mode="json") for i in result.library.items],
-                            prune=prune_effect(comparison, prune), against_learned=against_learned(comparison))
+                            prune=prune_effect(prune, others), against_learned=others)
     comparison.write(folder / "comparison.json")
     # recorded in the run's workspace as `gym-tf eval` records its own, so the studio shows it beside the run
     comparison.record(store, str(test))
@@ -340,18 +341,16 @@ def against_learned(comparison) -> dict[str, dict]:
     return out
 
 
-def prune_effect(comparison, prune: dict | None) -> dict | None:
+def prune_effect(prune: dict | None, against: dict[str, dict]) -> dict | None:
     """What the prune step (its step row) did: items dropped (of how many), the gate's verdict, and on test the
-    pruned library against the unpruned one."""
+    pruned library against the unpruned one (`against`: `against_learned`'s, unpruned minus learned, turned round)."""
     if prune is None:
         return None
     ablations = prune["stats"]["ablation"]
     out = {"items": len(ablations), "dropped": sum(not a["keep"] for a in ablations), "status": prune["status"]}
-    arms = {a.name: a.report for a in comparison.arms}
-    if "unpruned" in arms:
-        e = paired_difference(arms["learned"].per_problem_mean(), arms["unpruned"].per_problem_mean(),
-                              seed=comparison.seed)
-        out["test_effect"] = {"value": e.value, "low": e.low, "high": e.high}
+    if "unpruned" in against:
+        e = against["unpruned"]["mean"]
+        out["test_effect"] = {"value": -e["value"], "low": -e["high"], "high": -e["low"]}
     return out
 
 

@@ -365,6 +365,16 @@ def test_each_extra_arm_is_set_against_the_learned_one_and_keeps_its_row_at_the_
     assert found["learned, 4 examples"]["mean"]["value"] == pytest.approx(-0.125)
     assert found["learned, 4 examples"]["majority"]["value"] == pytest.approx(-0.5)
     assert bench.against_learned(SimpleNamespace(arms=arms[:2], seed=3)) == {}
+    # the prune step's test effect (pruned minus unpruned) is the unpruned arm's difference turned round
+    from gym_tf.metrics import paired_difference
+
+    unpruned = SimpleNamespace(name="unpruned", report=report([0.75, 0.0], [1.0, 0.0]))
+    against = bench.against_learned(SimpleNamespace(arms=[*arms[:2], unpruned], seed=3))
+    step = {"stats": {"ablation": [{"keep": True}, {"keep": False}]}, "status": "promoted"}
+    effect = bench.prune_effect(step, against)
+    direct = paired_difference([0.5, 0.25], [0.75, 0.0], seed=3)
+    assert effect["test_effect"] == pytest.approx({"value": direct.value, "low": direct.low, "high": direct.high})
+    assert (effect["items"], effect["dropped"]) == (2, 1) and "test_effect" not in bench.prune_effect(step, found)
     with_arms = bench.settings(bench.arguments().parse_args(["--test-examples", "4", "--test-unpruned"]))
     assert bench.changed_settings(with_arms) == ""
     assert bench.changed_settings({**with_arms, "examples": "4"}) == "--examples 4"
