@@ -350,6 +350,14 @@ def test_the_learned_library_shown_more_examples_is_one_more_arm_with_its_budget
     assert len(bench.compared_arms(store, two, 900, None, with_unpruned=False, examples=4)) == 2
     with pytest.raises(SystemExit):
         bench.arguments().parse_args(["--test-examples", "-1"])
+    # the learned library showing each sample its own examples: one more arm where there are more to show
+    arms = bench.compared_arms(store, learned, 900, None, with_unpruned=False, vary=True)
+    assert [name for name, _, _ in arms] == ["none", "learned", "learned, varied examples"]
+    varied = arms[2][1]
+    assert varied.items == learned.items and varied.policy == learned.policy.model_copy(update={"vary": True})
+    assert select_items(varied, query, 1) != select_items(learned, query, 1) == select_items(learned, query)
+    assert len(bench.compared_arms(store, two, 900, None, with_unpruned=False, vary=True)) == 2
+    assert bench.arguments().parse_args(["--test-vary"]).test_vary
 
 
 def test_each_extra_arm_is_set_against_the_learned_one_and_keeps_its_row_at_the_defaults(bench):
