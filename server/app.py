@@ -99,11 +99,8 @@ class LibraryRegistry:
     def texts(self, version: LibraryVersion, query: str, n: int) -> list[str]:
         """The library text for each of a request's `n` samples: one for all of them, unless the version's policy
         shows each sample its own worked examples and they differ."""
-        first = self.text(version, query)
-        if n < 2 or not version.policy.vary:
-            return [first]
-        texts = [first, *(self.text(version, query, i) for i in range(1, n))]
-        return texts if len(set(texts)) > 1 else [first]
+        texts = [self.text(version, query, i) for i in range(n if version.policy.vary else 1)]
+        return texts if len(set(texts)) > 1 else texts[:1]
 
 
 class Metrics:
