@@ -548,19 +548,25 @@ def across_families(rows: list[dict], policy: str = "0.5B") -> dict | None:
     named with a setting in brackets ran another). The families that meet the target (the Mean@k gain's interval and
     the vote's above 0), those with the gain alone, those below no library, those that kept no item; and the mean
     gain over these families with a percentile bootstrap 95% interval that resamples families. That interval is for
-    the average over the families run, not a prediction for one new family: `spread` gives the families' range."""
+    the average over the families run, not a prediction for one new family: `spread` gives the families' range.
+    `every_run` counts every such row, reruns included, and `best` the families with at least one row that met both
+    (`beyond`: beyond the most common answer too), since a count by the latest row drifts as near misses are rerun."""
     defaults = arguments().parse_args([])
-    latest: dict[str, dict] = {}
-    for r in rows:
-        if (" (" not in r["family"] and r["model"] == policy and r.get("learner", r["model"]) == policy
-                and r.get("epochs", 1) == defaults.epochs and r["test"] == defaults.test and r["k"] == defaults.k):
-            latest.setdefault(r["family"], r)
-    if not latest:
+    at_defaults = [r for r in rows
+                   if " (" not in r["family"] and r["model"] == policy and r.get("learner", r["model"]) == policy
+                   and r.get("epochs", 1) == defaults.epochs and r["test"] == defaults.test and r["k"] == defaults.k]
+    if not at_defaults:
         return None
+    latest: dict[str, dict] = {}
+    for r in at_defaults:
+        latest.setdefault(r["family"], r)
     runs = list(latest.values())
     over = lambda key, among=runs: bootstrap(np.array([r[key][0] for r in among]), resamples=10_000)  # noqa: E731
-    both = [r for r in runs if r["diff"][1] > 0 and r["majority_diff"][1] > 0]
+    met = lambda r: r["diff"][1] > 0 and r["majority_diff"][1] > 0  # noqa: E731
+    both = [r for r in runs if met(r)]
     answered_alike = sorted(r["family"] for r in both if no_gain_beyond_constant(r))
+    every_met = [r for r in at_defaults if met(r)]
+    every_beyond = [r for r in every_met if not no_gain_beyond_constant(r)]
     others = [r for r in runs if r["family"] not in answered_alike]
     return {"policy": policy, "families": len(runs), "both": sorted(r["family"] for r in both),
             "constant_families": answered_alike,
@@ -570,7 +576,10 @@ def across_families(rows: list[dict], policy: str = "0.5B") -> dict | None:
             "below": sorted(r["family"] for r in runs if r["diff"][0] < 0),
             "empty": sorted(r["family"] for r in runs if r["items"] == 0),
             "spread": (min(r["diff"][0] for r in runs), max(r["diff"][0] for r in runs)),
-            "mean_diff": over("diff"), "majority_diff": over("majority_diff")}
+            "mean_diff": over("diff"), "majority_diff": over("majority_diff"),
+            "every_run": {"runs": len(at_defaults), "both": len(every_met), "beyond": len(every_beyond)},
+            "best": {"both": sorted({r["family"] for r in every_met}),
+                     "beyond": sorted({r["family"] for r in every_beyond})}}
 
 
 def no_gain_beyond_constant(r: dict) -> bool:
@@ -593,7 +602,14 @@ def across_text(summary: dict) -> str:
             + f", the votes' mean {summary['majority_diff']}"
             + (f" ({summary['majority_diff_without_constant']} without them)"
                if summary.get("majority_diff_without_constant") else "")
-            + "; 95% intervals of the mean over these families, resampling families\n")
+            + "; 95% intervals of the mean over these families, resampling families" + every_run_text(summary) + "\n")
+
+
+def every_run_text(summary: dict) -> str:
+    every, best = summary["every_run"], summary["best"]
+    return (f". Every row at the defaults, reruns included: {every['both']} of {every['runs']} met both conditions, "
+            f"{every['beyond']} beyond the most common answer; by each family's best row, {len(best['both'])} of "
+            f"{summary['families']} families met both, {len(best['beyond'])} beyond the most common answer")
 
 
 def constant_caveat(summary: dict) -> str:

@@ -69,7 +69,7 @@ def test_across_families_takes_each_familys_latest_row_at_the_defaults_and_resam
     assert bench.across_families(rows, policy="1.5B")["gain"] == ["e"]
     assert bench.across_families(rows[5:]) is None
     assert "4 families" in bench.across_text(summary) and "1 kept no item; gains -0.100 to +0.200" in bench.across_text(summary)
-    assert summary["constant_families"] == [] and "most common answer" not in bench.across_text(summary)
+    assert summary["constant_families"] == [] and "no better than" not in bench.across_text(summary)
 
     # a family that meets both conditions by answering its most common answer every time is named, and the mean
     # is also given without it; a row from before the constant was recorded is not suspected
@@ -98,6 +98,27 @@ def test_across_families_takes_each_familys_latest_row_at_the_defaults_and_resam
     assert bench.across_families([taught_more, taught_zero])["constant_families"] == ["w"]
     cell = bench.constant_cell(taught_more, lambda e: f"{e[0]:+.3f}")
     assert cell == "+0.000 ('0' always: 0.600; the gain where it is wrong: +0.200)"
+
+
+def test_across_families_also_counts_every_run_at_the_defaults_and_each_familys_best(bench):
+    met, missed = ((0.2, 0.1, 0.3), (0.2, 0.1, 0.3)), ((0.1, 0.02, 0.2), (0.1, -0.05, 0.25))
+
+    def run(family, diffs, **more):
+        return {"family": family, "model": "0.5B", "learner": "0.5B", "diff": diffs[0], "majority_diff": diffs[1],
+                "items": 3, "epochs": 2, "test": 24, "k": 4} | more
+
+    one_answer = {"constant": {"answer": "Yes", "mean": 0.9}, "mean_minus_constant": (-0.1, -0.2, 0.0),
+                  "diff_where_constant_wrong": (0.0, -0.1, 0.1)}
+    rows = [run("a", missed), run("a", met),  # newest first: a's latest missed the vote, an older run met both
+            run("b", met, **one_answer), run("b", met, **one_answer),  # met both twice, by one answer each time
+            run("c", missed), run("c", met, test=48)]  # off the defaults: counted nowhere
+    summary = bench.across_families(rows)
+    assert summary["both"] == ["b"] and summary["constant_families"] == ["b"]
+    assert summary["every_run"] == {"runs": 5, "both": 3, "beyond": 1}
+    assert summary["best"] == {"both": ["a", "b"], "beyond": ["a"]}
+    assert bench.across_text(summary).rstrip().endswith(
+        "Every row at the defaults, reruns included: 3 of 5 met both conditions, 1 beyond the most common answer; "
+        "by each family's best row, 2 of 3 families met both, 1 beyond the most common answer")
 
 
 def test_the_readme_states_what_the_archive_says_across_families(bench):
