@@ -116,8 +116,10 @@ async def pick_level(family: str, args: argparse.Namespace, backend, folder: Pat
 # how the benchmark is invoked, not what a family's run is (and the API key, which no file keeps)
 NOT_SETTINGS = frozenset({"resume", "out", "report", "plot", "screen", "archive", "note", "families", "api_key"})
 # settings added after runs were recorded, with the value those runs had
-LATER_SETTINGS = {"examples_per_answer": "None", "refuse_copied_examples": "False", "test_examples": "None",
-                  "test_vary": "False", "vary_examples": "False"}
+LATER_SETTINGS = {"examples_per_answer": "None", "refuse_copied_examples": "False", "test_examples": "None"}
+# settings since removed (each sample shown its own examples: no gain in two A/Bs), with the value that runs without
+# them had: a run recorded with that value resumes as it was
+RETIRED_SETTINGS = {"test_vary": "False", "vary_examples": "False"}
 
 
 def settings(args: argparse.Namespace) -> dict[str, str]:
@@ -128,7 +130,7 @@ def settings(args: argparse.Namespace) -> dict[str, str]:
 def same_settings(recorded: dict, now: dict, what: str) -> None:
     """A resume repeats exactly what was started: refuse, naming them, settings that differ from the recorded."""
     changed = sorted(k for k in (recorded.keys() | now.keys()) - NOT_SETTINGS
-                     if recorded.get(k, LATER_SETTINGS.get(k)) != now.get(k))
+                     if recorded.get(k, LATER_SETTINGS.get(k)) != now.get(k, RETIRED_SETTINGS.get(k)))
     if changed:
         raise ConfigError(f"{what} was made with other settings ({', '.join(changed)}); resume with the arguments "
                           "it was started with, or give another --out")
@@ -219,7 +221,7 @@ async def one_family(family: str, args: argparse.Namespace, out: Path) -> dict:
             hard_groups=args.hard_groups, examples_per_prompt=args.examples, worked_examples=args.examples > 0,
             retrieve_lessons=args.retrieve_lessons, rollout=rollout, backend=backend_config, learner=learner_config,
             prune=args.prune, learner_examples=args.learner_examples, examples_per_answer=args.examples_per_answer,
-            refuse_copied_examples=args.refuse_copied_examples, vary_examples=args.vary_examples,
+            refuse_copied_examples=args.refuse_copied_examples,
         )
 
         def progress(p):
@@ -241,8 +243,7 @@ async def one_family(family: str, args: argparse.Namespace, out: Path) -> dict:
                   file=sys.stderr, flush=True)
 
         prune = next((s for s in store.steps(result.run_id) if "ablation" in s["stats"]), None)
-        arms = compared_arms(store, result.library, learning, prune, args.test_unpruned, args.test_examples,
-                             args.test_vary)
+        arms = compared_arms(store, result.library, learning, prune, args.test_unpruned, args.test_examples)
         comparison = await compare(backend, problems, load_reward(reward), args.k, config.rollout.sampling(), arms,
                                    seed=args.seed + 7, on_group=tested)
     finally:
@@ -303,22 +304,17 @@ async def screen(families: list[str], args: argparse.Namespace, out: Path) -> li
 
 
 def compared_arms(store: RunStore, learned: LibraryVersion, learning: int, prune: dict | None,
-                  with_unpruned: bool, examples: int | None = None,
-                  vary: bool = False) -> list[tuple[str, LibraryVersion, int]]:
+                  with_unpruned: bool, examples: int | None = None) -> list[tuple[str, LibraryVersion, int]]:
     """The libraries the test compares, each with the tokens spent learning it: none, the learned one, with
-    `with_unpruned` the library before the prune step (`prune`, its step row) where that step dropped items, with
-    `examples` the learned one shown that many worked examples per prompt (`shown_examples`), and with `vary` the
-    learned one showing each sample its own examples (the policy's `vary`), each where that changes what a prompt
-    shows (a library of 2 examples shows both either way)."""
+    `with_unpruned` the library before the prune step (`prune`, its step row) where that step dropped items, and
+    with `examples` the learned one shown that many worked examples per prompt (`shown_examples`), where that
+    changes what a prompt shows (a library of 2 examples shows both either way)."""
     arms = [("none", store.version("empty"), 0), ("learned", learned, learning)]
     if with_unpruned and prune is not None and prune["version_after"] != prune["version_before"]:
         arms.append(("unpruned", store.version(prune["version_before"]), learning))
     held = sum(item.kind == "example" for item in learned.items)
     if examples is not None and min(examples, held) != min(learned.policy.examples, held):  # else: the same prompts
         arms.append((f"learned, {examples} examples", shown_examples(learned, examples), learning))
-    if vary and not learned.policy.vary and held > learned.policy.examples:
-        arms.append(("learned, varied examples", with_policy(learned, learned.policy.model_copy(update={"vary": True})),
-                     learning))
     return arms
 
 
@@ -366,7 +362,7 @@ def prune_effect(prune: dict | None, against: dict[str, dict]) -> dict | None:
 RUN_CHOICES = frozenset({"seed", "level", "level_aim", "base_url", "model", "model_file", "learner_base_url",
                          "learner_model", "learner_model_file"})
 # test arms added beside the learned one: they change neither the library learned nor how its arm is sampled
-EXTRA_ARMS = frozenset({"test_unpruned", "test_examples", "test_vary"})
+EXTRA_ARMS = frozenset({"test_unpruned", "test_examples"})
 
 
 def changed_settings(recorded: dict) -> str:
@@ -682,8 +678,6 @@ def arguments() -> argparse.ArgumentParser:
                         help="keep at most N worked examples with the same final answer (default: no limit)")
     parser.add_argument("--refuse-copied-examples", action="store_true",
                         help="keep no answer that copies a worked example's solution as another worked example")
-    parser.add_argument("--vary-examples", action="store_true",
-                        help="learn and test showing each sample of a problem its own worked examples")
     parser.add_argument("--retrieve-lessons", type=int, default=None)
     parser.add_argument("--learner-examples", type=int, default=0,
                         help="where no answer of the policy is fit to show, the learner's answers (this many) can be "
@@ -700,9 +694,6 @@ def arguments() -> argparse.ArgumentParser:
     parser.add_argument("--test-examples", type=count_arg, default=None, metavar="N",
                         help="also test the learned library shown N worked examples per prompt (its budget scaled "
                              "alike): one more test arm, compared with the learned one on the same problems and seeds")
-    parser.add_argument("--test-vary", action="store_true",
-                        help="also test the learned library showing each of a problem's k samples its own worked "
-                             "examples (the render policy's `vary`), against the learned one as it is")
     parser.add_argument("--max-completion-tokens", type=int, default=256)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--level", default="auto", type=level_arg,

@@ -261,8 +261,6 @@ def optimize(
     max_library_tokens: Annotated[Optional[int], typer.Option(help="cap on the rendered library")] = 1024,
     retrieve_lessons: Annotated[Optional[int], typer.Option(help="show each problem only its N most relevant lessons")] = None,
     examples_per_prompt: Annotated[int, typer.Option(help="worked examples shown per problem (most relevant first)")] = 2,
-    vary_examples: Annotated[bool, typer.Option(help="show each sample of a problem its own window of the ranked "
-                                                     "worked examples")] = False,
     worked_examples: Annotated[bool, typer.Option(help="keep verified correct answers as worked examples")] = True,
     examples_per_answer: Annotated[Optional[int], typer.Option(
         help="keep at most N worked examples with the same final answer (none: no limit)")] = None,
@@ -327,7 +325,6 @@ def optimize(
             batch_size=batch_size, group_size=group_size, seed=seed, reward=reward, val_dataset=val_dataset,
             val_samples=val_samples, prune=prune, max_tokens=max_tokens, max_library_tokens=max_library_tokens,
             retrieve_lessons=retrieve_lessons, examples_per_prompt=examples_per_prompt, worked_examples=worked_examples,
-            vary_examples=vary_examples,
             examples_per_answer=examples_per_answer, refuse_copied_examples=refuse_copied_examples,
             learner_examples=learner_examples, summarize=summarize,
             hard_groups=hard_groups,

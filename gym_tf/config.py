@@ -64,9 +64,6 @@ class OptimizeConfig(BaseModel):
     retrieve_lessons: int | None = Field(None, ge=1, description="show each problem only its N most relevant lessons "
                                          "(BM25); none: every lesson that fits the cap")
     examples_per_prompt: int = Field(2, ge=0, description="worked examples shown per problem, the most relevant (BM25)")
-    vary_examples: bool = Field(False, description="show each of a problem's samples its own window of the ranked "
-                                "worked examples (the render policy's `vary`), so that the answers voted on do not "
-                                "all follow the same demonstrations")
     worked_examples: bool = Field(True, description="add verified solutions from the model's own correct rollouts "
                                   "as worked examples")
     max_example_chars: int = Field(900, ge=100, le=1600, description="longest solution kept as a worked example, "
@@ -114,13 +111,11 @@ class OptimizeConfig(BaseModel):
             del data["examples_per_answer"]  # and for runs with no cap on examples per answer
         if not self.refuse_copied_examples:
             del data["refuse_copied_examples"]  # and for runs that keep copies
-        if not self.vary_examples:
-            del data["vary_examples"]  # and for runs showing every sample the same examples
         return data
 
     def render_policy(self) -> RenderPolicy:
         return RenderPolicy(max_tokens=self.max_library_tokens, lessons=self.retrieve_lessons,
-                            examples=self.examples_per_prompt, vary=self.vary_examples)
+                            examples=self.examples_per_prompt)
 
     def learner_sampling(self) -> Sampling:
         return Sampling(temperature=self.learner_temperature, max_tokens=self.learner_max_tokens)

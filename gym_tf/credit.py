@@ -24,7 +24,7 @@ from dataclasses import asdict, dataclass
 
 from gym_tf.datasets import Problem
 from gym_tf.library import Experience, LibraryVersion
-from gym_tf.rollouts import sample_prompts
+from gym_tf.rollouts import build_messages
 
 
 @dataclass(frozen=True)
@@ -65,10 +65,9 @@ def leave_out(library: LibraryVersion, item_ids: list[str] | tuple[str, ...], st
                           parent=library.id, step=step, policy=library.policy)
 
 
-def shown_to(library: LibraryVersion, item: Experience, problems: list[Problem], samples: int = 1) -> list[Problem]:
-    """The problems whose solve prompt, under this library, shows the item (to any of its `samples` answers, where
-    the policy varies the examples each is shown)."""
-    return [p for p in problems if any(item.id in shown for _, shown, _ in sample_prompts(p, library, samples))]
+def shown_to(library: LibraryVersion, item: Experience, problems: list[Problem]) -> list[Problem]:
+    """The problems whose solve prompt, under this library, shows the item."""
+    return [p for p in problems if item.id in build_messages(p, library)[1]]
 
 
 def ablation(item: Experience, problems: list[Problem], with_item: list[float], without_item: list[float]) -> Ablation:

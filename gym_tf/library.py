@@ -258,23 +258,12 @@ class RenderPolicy(BaseModel):
     """How a version becomes prompt text; recorded in the version, so optimize, eval and serve render it alike.
 
     `max_tokens` caps the whole text (a tokenizer-free estimate). `lessons`: put only the N lessons most relevant
-    to the request (BM25), or all that fit when None. `examples`: the N worked examples most relevant to it.
-    `vary`: each of a request's samples is shown its own window of the examples ranked by relevance (sample j the
-    N from rank j on, round the ranking), so that k answers voted on do not all follow the same two
-    demonstrations (diverse prompts for voting: DiVeRSe, arXiv 2206.02336); sample 0 is shown what it is without."""
+    to the request (BM25), or all that fit when None. `examples`: the N worked examples most relevant to it."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
     max_tokens: int | None = Field(1024, ge=16)
     lessons: int | None = Field(None, ge=1)
     examples: int = Field(2, ge=0)
-    vary: bool = False
-
-    @model_serializer(mode="wrap")
-    def _vary_only_when_set(self, handler: Any) -> dict[str, Any]:
-        data = handler(self)
-        if not self.vary:
-            data.pop("vary", None)  # versions made before `vary` existed keep their ids
-        return data
 
 
 DEFAULT_POLICY = RenderPolicy()
@@ -308,15 +297,14 @@ class LibraryVersion(BaseModel):
     def get(self, item_id: str) -> Experience | None:
         return next((item for item in self.items if item.id == item_id), None)
 
-    def render(self, query: str | None = None, sample: int = 0) -> str:
-        """The prompt text for a request whose text is `query` (its sample `sample`, where the policy varies the
-        examples): what optimize, eval and serve put in the prompt."""
-        return render_library(self, query, sample)
+    def render(self, query: str | None = None) -> str:
+        """The prompt text for a request whose text is `query`: what optimize, eval and serve put in the prompt."""
+        return render_library(self, query)
 
-    def messages(self, messages: list[dict[str, Any]], sample: int = 0) -> list[dict[str, Any]]:
-        """A chat request with this library in it, exactly as `gym-tf serve` sends it upstream (for its choice
-        `sample`): for an app that calls its model directly rather than through the proxy."""
-        return with_library(messages, render_library(self, request_text(messages), sample))
+    def messages(self, messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """A chat request with this library in it, exactly as `gym-tf serve` sends it upstream: for an app that
+        calls its model directly rather than through the proxy."""
+        return with_library(messages, render_library(self, request_text(messages)))
 
 
 EMPTY_LIBRARY = LibraryVersion()
@@ -491,12 +479,11 @@ def approx_tokens(text: str) -> int:
     return math.ceil(len(text.encode()) / 4)
 
 
-def select_items(library: LibraryVersion, query: str | None = None, sample: int = 0) -> tuple[Experience, ...]:
-    """The items a request with this text is shown, in id order: one deterministic function of (version, query,
-    and under a `vary` policy the sample's number).
+def select_items(library: LibraryVersion, query: str | None = None) -> tuple[Experience, ...]:
+    """The items a request with this text is shown, in id order: one deterministic function of (version, query).
 
     Examples: the `policy.examples` whose problems are most like the query's (the most steps first among
-    equals, and without a query); under `vary`, sample j's window of that ranking. Lessons: the
+    equals, and without a query). Lessons: the
     `policy.lessons` most relevant, or all of them. Then the budget: candidates are taken examples first, then
     lessons newest first, and one that would push the estimate past `policy.max_tokens` is left out, so a new
     lesson always gets in and the oldest ones make room.
@@ -504,7 +491,7 @@ def select_items(library: LibraryVersion, query: str | None = None, sample: int 
     policy = library.policy
     lessons = [i for i in library.items if i.kind == "lesson"]
     examples = [i for i in library.items if i.kind == "example"]
-    chosen_examples = _most_relevant_examples(examples, query, policy.examples, sample if policy.vary else 0)
+    chosen_examples = _most_relevant_examples(examples, query, policy.examples)
     chosen_lessons = _most_relevant(lessons, query, policy.lessons) if policy.lessons else list(reversed(lessons))
     budget = policy.max_tokens
     used, kept, headed = 0, [], set()
@@ -527,10 +514,9 @@ def _most_relevant(items: list[Experience], query: str | None, limit: int) -> li
     return [items[i] for i in rank([i.text for i in items], query, limit)]
 
 
-def _most_relevant_examples(examples: list[Experience], query: str | None, limit: int,
-                            window: int = 0) -> list[Experience]:
+def _most_relevant_examples(examples: list[Experience], query: str | None, limit: int) -> list[Experience]:
     """The worked examples whose problems share the most words with the request; among equals, the one that shows
-    the most steps, then the newest. `window` j: the `limit` from rank j on, round the whole ranking.
+    the most steps, then the newest.
 
     Problems are matched with problems (a solution's words are not the request's), with no length normalization:
     in a generated task family every problem follows one template, and normalizing by length would show every
@@ -539,10 +525,7 @@ def _most_relevant_examples(examples: list[Experience], query: str | None, limit
     if limit <= 0 or not examples:
         return []
     problems, steps = _problems_and_steps(tuple(e.text for e in examples))
-    if not window:
-        return [examples[i] for i in rank(problems, query or "", limit, length_norm=False, prior=steps)]
-    order = rank(problems, query or "", None, length_norm=False, prior=steps)
-    return [examples[order[(window + j) % len(order)]] for j in range(min(limit, len(order)))]
+    return [examples[i] for i in rank(problems, query or "", limit, length_norm=False, prior=steps)]
 
 
 @lru_cache(maxsize=64)
@@ -567,10 +550,9 @@ def render_items(items: tuple[Experience, ...]) -> str:
     return "\n\n".join(parts)
 
 
-def render_library(library: LibraryVersion, query: str | None = None, sample: int = 0) -> str:
-    """The library as prompt text for a request whose text is `query` (for its sample number `sample` where the
-    policy varies the examples). Empty library: empty string."""
-    return render_items(select_items(library, query, sample))
+def render_library(library: LibraryVersion, query: str | None = None) -> str:
+    """The library as prompt text for a request whose text is `query`. Empty library: empty string."""
+    return render_items(select_items(library, query))
 
 
 def with_policy(library: LibraryVersion, policy: RenderPolicy | None) -> LibraryVersion:

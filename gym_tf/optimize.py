@@ -32,7 +32,7 @@ from gym_tf.library import (MAX_EXAMPLE_CHARS, DeleteOp, ExampleOp, Experience, 
                              Provenance, apply_ops, copies_example, example_parts, example_solutions, example_text,
                              problems_held_in, shows_unrun_output, solution_steps, with_policy)
 from gym_tf.metrics import canonical_answer, paired_difference
-from gym_tf.rollouts import Rollout, rollout_many, sample_prompts
+from gym_tf.rollouts import Rollout, build_messages, rollout_many
 from gym_tf.store import LEARNER_ANSWER, RunStore, config_hash, rollout_key
 from rewards import ANSWER_FREE, load_reward
 from rewards.answers import extract_answer
@@ -272,7 +272,7 @@ class Optimizer:
         by_id = dict(zip((p.id for p in self.val_problems), await self._validate(library, step)))
 
         async def credit(item):
-            problems = shown_to(library, item, self.val_problems, self.config.val_samples)
+            problems = shown_to(library, item, self.val_problems)
             scores = (await self._validate(leave_out(library, [item.id], step), step, problems, (library.step,))
                       if problems else [])
             return ablation(item, problems, [by_id[p.id] for p in problems], scores)
@@ -397,13 +397,12 @@ class Optimizer:
         reused, not paid again: the same prompt and seed are the same draw, whichever version asked."""
         subset = problems is not None
         problems = self.val_problems if problems is None else problems
-        prompts = {(p.id, sample): messages for p in problems
-                   for messages, _, samples in sample_prompts(p, library, self.config.val_samples) for sample in samples}
+        prompts = {p.id: build_messages(p, library)[0] for p in problems}
         found: dict[str, dict[int, Rollout]] = {}
         for stored_step in sorted({0, library.step, step, *reuse_from}):
             for r in self.store.rollouts(self.run_id, stored_step, validation=True):
                 pid = r.problem_id.removeprefix("val/")
-                if r.messages == prompts.get((pid, r.sample)):
+                if r.messages == prompts.get(pid):
                     found.setdefault(pid, {})[r.sample] = r
         cached = {pid: list(group.values()) for pid, group in found.items()}
         todo = [p for p in problems if len(cached.get(p.id, [])) != self.config.val_samples]

@@ -44,11 +44,9 @@ class Rollout:
     shown: tuple[str, ...] = ()  # the library items this answer's prompt carried
 
 
-def build_messages(problem: Problem, library: LibraryVersion = EMPTY_LIBRARY,
-                   sample: int = 0) -> tuple[list[dict[str, Any]], tuple[str, ...]]:
+def build_messages(problem: Problem, library: LibraryVersion = EMPTY_LIBRARY) -> tuple[list[dict[str, Any]], tuple[str, ...]]:
     """The solve prompt and the ids of the items in it: the library's items for this problem (selected by the one
-    rule in `select_items`, for this sample where the policy varies them) first in the system message, then the
-    task instructions; the problem as user.
+    rule in `select_items`) first in the system message, then the task instructions; the problem as user.
 
     A problem that carries its conversation (recorded traffic, a chat-format dataset) is asked as `serve` asks it:
     those messages, the items selected for their last user message, put first in their system message."""
@@ -58,23 +56,8 @@ def build_messages(problem: Problem, library: LibraryVersion = EMPTY_LIBRARY,
     else:
         base = [{"role": "system", "content": template("solve_system")}, {"role": "user", "content": problem.problem}]
         query = problem.problem
-    items = select_items(library, query, sample)
+    items = select_items(library, query)
     return with_library(base, render_items(items)), tuple(i.id for i in items)
-
-
-Prompt = tuple[list[dict[str, Any]], tuple[str, ...], list[int]]  # messages, the items shown, the samples asked
-
-
-def sample_prompts(problem: Problem, library: LibraryVersion, samples: int) -> list[Prompt]:
-    """The distinct prompts a group's `samples` answers are asked with, each with the samples it serves: one for
-    all of them, unless the library's policy varies the examples a sample is shown."""
-    if not library.policy.vary or samples < 2:
-        return [(*build_messages(problem, library), list(range(samples)))]
-    prompts: dict[tuple[str, ...], Prompt] = {}
-    for i in range(samples):
-        messages, shown = build_messages(problem, library, i)
-        prompts.setdefault(shown, (messages, shown, []))[2].append(i)
-    return list(prompts.values())
 
 
 def group_seed(seed: int, *parts: object) -> int:
@@ -138,48 +121,33 @@ async def rollout_group(
     reward: Callable[..., Any],
     given: tuple[str, ...] = (),
 ) -> list[Rollout]:
-    """Sample `group_size` answers in one request (servers that share the prefix; one request per distinct prompt
-    where the library varies the examples a sample is shown) and score them. Answers `given` in advance (a served
-    answer a user gave feedback on) take the group's last places and are scored with it."""
-    prompts = sample_prompts(problem, library, group_size - len(given))
+    """Sample `group_size` answers in one request (servers that share the prefix) and score them. Answers `given`
+    in advance (a served answer a user gave feedback on) take the group's last places and are scored with it."""
+    messages, shown = build_messages(problem, library)
     start = time.perf_counter()
-    generations = await gather_or_cancel(*(
-        backend.generate(messages, n=len(samples), **_nth_seed(sampling, j).__dict__)
-        for j, (messages, _, samples) in enumerate(prompts)))
+    generation = await backend.generate(messages, n=group_size - len(given), **sampling.__dict__)
     elapsed = time.perf_counter() - start
-    asked: dict[int, tuple[Choice, list[dict[str, Any]], tuple[str, ...], int]] = {}
-    for (messages, shown, samples), generation in zip(prompts, generations):
-        count = len(generation.choices)
-        share = generation.prompt_tokens // max(1, count)
-        for n, (i, choice) in enumerate(zip(samples, generation.choices)):
-            asked[i] = choice, messages, shown, share if n else generation.prompt_tokens - share * (count - 1)
-    answered = [asked[i] for i in sorted(asked)]
-    sampled = len(answered)
-    choices = [*(a[0] for a in answered),
-               *(Choice(text=text, finish_reason="stop", completion_tokens=0) for text in given)]
-    rewards = await score(reward, problem, [c.text for c in choices])
-    first_messages = prompts[0][0]
+    sampled = len(generation.choices)
+    choices = [*generation.choices, *(Choice(text=text, finish_reason="stop", completion_tokens=0) for text in given)]
+    texts = [c.text for c in choices]
+    rewards = await score(reward, problem, texts)
+    share = generation.prompt_tokens // max(1, sampled)
     return [
         Rollout(
             problem_id=problem.id,
             sample=i,
-            messages=answered[i][1] if i < sampled else first_messages,
+            messages=messages,
             completion=choice.text,
             finish_reason=choice.finish_reason,
-            prompt_tokens=answered[i][3] if i < sampled else 0,
+            prompt_tokens=0 if i >= sampled else share if i else generation.prompt_tokens - share * (sampled - 1),
             completion_tokens=choice.completion_tokens,
             latency_s=elapsed if i < sampled else 0.0,
             reward=r,
             library_version=library.id if i < sampled else "served",
-            shown=answered[i][2] if i < sampled else (),
+            shown=shown if i < sampled else (),
         )
         for i, (choice, r) in enumerate(zip(choices, rewards))
     ]
-
-
-def _nth_seed(sampling: Sampling, n: int) -> Sampling:
-    """The sampling of a group's n-th distinct prompt: its own seed, so two prompts never share a random stream."""
-    return sampling if n == 0 or sampling.seed is None else replace(sampling, seed=sampling.seed + n)
 
 
 async def rollout_many(

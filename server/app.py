@@ -88,19 +88,13 @@ class LibraryRegistry:
             self._owned[key] = may_serve(self.store, version_id, tenant)
         return self._owned[key]
 
-    def text(self, version: LibraryVersion, query: str, sample: int = 0) -> str:
-        """The library text for a request (its sample number `sample`): the items `select_items` picks for its
-        text, as in optimize and eval, under the version's own render policy, or the server's cap when one was set."""
+    def text(self, version: LibraryVersion, query: str) -> str:
+        """The library text for a request: the items `select_items` picks for its text, as in optimize and eval,
+        under the version's own render policy, or the server's cap when one was set."""
         if version.id not in self._rendering:
             capped = version.policy.model_copy(update={"max_tokens": self.max_tokens}) if self.max_tokens else None
             self._rendering[version.id] = with_policy(version, capped)
-        return render_library(self._rendering[version.id], query, sample)
-
-    def texts(self, version: LibraryVersion, query: str, n: int) -> list[str]:
-        """The library text for each of a request's `n` samples: one for all of them, unless the version's policy
-        shows each sample its own worked examples and they differ."""
-        texts = [self.text(version, query, i) for i in range(n if version.policy.vary else 1)]
-        return texts if len(set(texts)) > 1 else texts[:1]
+        return render_library(self._rendering[version.id], query)
 
 
 class Metrics:
@@ -216,20 +210,19 @@ def create_app(upstream: Upstream, store: RunStore, config: ServerConfig | None 
         body = await _json_body(request, config.max_body_bytes)
         version = _version(request, body)
         _check(body, config.max_n, chat=True)
-        model = await upstream.model_name()
-        bodies = [{**body, "model": model, "messages": with_library(body["messages"], text)}
-                  for text in registry.texts(version, request_text(body["messages"]), body.get("n") or 1)]
-        return await _forward(request, "/chat/completions", bodies, version, body)
+        text = registry.text(version, request_text(body["messages"]))
+        asked, body = body, {**body, "model": await upstream.model_name(), "messages": with_library(body["messages"], text)}
+        return await _forward(request, "/chat/completions", body, version, asked)
 
     @app.post("/v1/completions", openapi_extra=schema.operation(schema.COMPLETION_REQUEST))
     async def completions(request: Request):
         body = await _json_body(request, config.max_body_bytes)
         version = _version(request, body)
         _check(body, config.max_n, chat=False)
-        prompt, model = body.get("prompt"), await upstream.model_name()
-        bodies = [{**body, "model": model, "prompt": _inject_prompt(prompt, text)}
-                  for text in registry.texts(version, prompt if isinstance(prompt, str) else "", body.get("n") or 1)]
-        return await _forward(request, "/completions", bodies, version, body)
+        prompt = body.get("prompt")
+        text = registry.text(version, prompt if isinstance(prompt, str) else "")
+        asked, body = body, {**body, "model": await upstream.model_name(), "prompt": _inject_prompt(body.get("prompt"), text)}
+        return await _forward(request, "/completions", body, version, asked)
 
     def _version(request: Request, body: dict[str, Any]) -> LibraryVersion:
         if not isinstance(body.get("model", ""), str):
@@ -238,10 +231,8 @@ def create_app(upstream: Upstream, store: RunStore, config: ServerConfig | None 
         request.state.library_version = version.id
         return version
 
-    async def _forward(request: Request, path: str, bodies: list[dict[str, Any]], version: LibraryVersion,
+    async def _forward(request: Request, path: str, body: dict[str, Any], version: LibraryVersion,
                        asked: dict[str, Any]):
-        """Forward the upstream body (`bodies`: one, or one per sample where each is shown its own examples)."""
-        body, samples = bodies[0], bodies if len(bodies) > 1 else None
         headers = {VERSION_HEADER: version.id}
         start = time.perf_counter()
         # what a recorded exchange needs from the request path; the recorder's writer process does the rest
@@ -252,11 +243,11 @@ def create_app(upstream: Upstream, store: RunStore, config: ServerConfig | None 
                 metrics.latency.labels(path).observe(time.perf_counter() - start)
                 metrics.requests.labels(path, "200").inc()
 
-            events = relay_onto(proxy.relay(proxy.stream(upstream, path, body, samples), metrics.usage),
+            events = relay_onto(proxy.relay(proxy.stream(upstream, path, body), metrics.usage),
                                 recorder.tape(meta, start) if meta else None, finished)
             return StreamingResponse(events, media_type="text/event-stream",
                                      headers={**headers, "Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
-        status, reply = await _unless_disconnected(request, proxy.complete(upstream, path, body, samples))
+        status, reply = await _unless_disconnected(request, proxy.complete(upstream, path, body))
         metrics.latency.labels(path).observe(time.perf_counter() - start)
         metrics.requests.labels(path, str(status)).inc()
         if status < 400:

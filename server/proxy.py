@@ -1,6 +1,4 @@
-"""Forwarding one request: natively, or fanned out to n single-choice requests for upstreams that ignore `n` and
-for requests whose samples are asked with prompts of their own (`samples`: a library that varies the worked
-examples each sample is shown).
+"""Forwarding one request: natively, or fanned out to n single-choice requests for upstreams that ignore `n`.
 
 Streams are relayed event by event as they arrive. A fan-out stream merges the n upstream streams, renumbers the
 choices, keeps one id / created / model for every chunk, and sums the usage into one chunk. A fan-out runs at most
@@ -48,13 +46,9 @@ def _choices(reply: dict[str, Any], upstream: Upstream) -> list[dict[str, Any]]:
     return choices
 
 
-async def complete(upstream: Upstream, path: str, body: dict[str, Any],
-                   samples: list[dict[str, Any]] | None = None) -> tuple[int, dict[str, Any]]:
-    """A non-streaming request. Fans out when the upstream is known, or found, to ignore `n`, or when each sample
-    has its own body (`samples`, one per choice)."""
+async def complete(upstream: Upstream, path: str, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+    """A non-streaming request. Fans out when the upstream is known, or found, to ignore `n`."""
     n = body.get("n") or 1
-    if samples:
-        return await _fan_out(upstream, path, body, n, have=[], samples=samples)
     if n == 1 or upstream.supports_n is False:
         if n == 1:
             return await upstream.post(path, body)
@@ -72,14 +66,13 @@ async def complete(upstream: Upstream, path: str, body: dict[str, Any],
     return await _fan_out(upstream, path, body, n, have=[reply])
 
 
-async def _fan_out(upstream: Upstream, path: str, body: dict[str, Any], n: int, have: list[dict[str, Any]],
-                   samples: list[dict[str, Any]] | None = None):
+async def _fan_out(upstream: Upstream, path: str, body: dict[str, Any], n: int, have: list[dict[str, Any]]):
     replies = list(have)
     slots = asyncio.Semaphore(upstream.fan_out)
 
     async def one(i: int) -> tuple[int, dict[str, Any]]:
         async with slots:
-            return await upstream.post(path, _single(samples[i] if samples else body, i))
+            return await upstream.post(path, _single(body, i))
 
     results = await asyncio.gather(*(one(i) for i in range(len(have), n)))
     for status, reply in results:
@@ -112,19 +105,17 @@ def _counted(event: dict[str, Any]) -> int:
                if c.get("text") or (isinstance(c.get("delta"), dict) and c["delta"].get("content")))
 
 
-async def stream(upstream: Upstream, path: str, body: dict[str, Any],
-                 samples: list[dict[str, Any]] | None = None) -> AsyncIterator[dict[str, Any] | str | bytes]:
+async def stream(upstream: Upstream, path: str, body: dict[str, Any]) -> AsyncIterator[dict[str, Any] | str | bytes]:
     """What the client gets, in order: the upstream's SSE bytes as they come (one upstream stream and no usage to
-    guarantee), or dicts (merged or usage-completed chunks, or an error carrying `__status__`). `samples`: a body
-    of its own for each choice, streamed fanned out."""
+    guarantee), or dicts (merged or usage-completed chunks, or an error carrying `__status__`)."""
     n = body.get("n") or 1
-    native = not samples and (n == 1 or upstream.supports_n is True)
+    native = n == 1 or upstream.supports_n is True
     wants_usage = bool((body.get("stream_options") or {}).get("include_usage"))
     if native and not wants_usage:
         async for event in upstream.stream(path, body, raw=True):
             yield event
         return
-    bodies = [body] if native else [_single(samples[i] if samples else body, i) for i in range(n)]
+    bodies = [body] if native else [_single(body, i) for i in range(n)]
     queue: asyncio.Queue = asyncio.Queue()
     slots = asyncio.Semaphore(upstream.fan_out)
 

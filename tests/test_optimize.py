@@ -16,18 +16,17 @@ import pytest
 
 from crash_run import CONFIG, GATED, scripted
 from fakes import ScriptedBackend, default_learner, solve_text
-from gym_tf.backends import Sampling
 from gym_tf.config import OptimizeConfig
 from gym_tf.datasets import Problem, load_dataset
 from gym_tf.errors import ConfigError
 from gym_tf.display import library_table
 from gym_tf.learner import OpRules, numbers_of, repeats_problem, summarize_prompt
-from gym_tf.library import (EMPTY_LIBRARY, AddOp, ExampleOp, LibraryVersion, RenderPolicy, apply_ops, copies_example,
-                            example_parts, example_text, select_items, with_policy)
+from gym_tf.library import (EMPTY_LIBRARY, AddOp, ExampleOp, LibraryVersion, apply_ops, copies_example, example_parts,
+                            example_text)
 from gym_tf.library_io import diff_versions
 from gym_tf.metrics import canonical_answer
 from gym_tf.optimize import Optimizer, resume_config
-from gym_tf.rollouts import Rollout, build_messages, rollout_group
+from gym_tf.rollouts import Rollout, build_messages
 from gym_tf.store import RunStore, learner_answer
 from gym_tf.studio import queries as studio_queries
 
@@ -82,45 +81,6 @@ def test_the_summary_prompt_lists_the_lessons_an_attempt_was_shown_not_its_worke
     prompt = summarize_prompt(problem, attempt, library)
     assert "[E1] Convert every quantity to the same unit first." in prompt
     assert "spiders" not in prompt and "[E2]" not in prompt
-
-
-@pytest.mark.parametrize("examples, vary, calls", [(4, True, 4), (4, False, 1), (2, True, 1)])
-async def test_a_varying_policy_asks_each_sample_with_its_own_examples_and_records_what_each_was_shown(
-        examples, vary, calls):
-    problem = Problem(id="p", problem="How many legs do 7 spiders have?", answer="56")
-    library, _ = apply_ops(EMPTY_LIBRARY, [
-        ExampleOp(op="example", text=example_text(f"How many legs do {n} spiders have?", f"{n} x 8 = {8 * n}. "
-                                                  f"\\boxed{{{8 * n}}}")) for n in range(1, examples + 1)], step=1)
-    library = with_policy(library, RenderPolicy(vary=vary))
-    backend = ScriptedBackend({problem.problem: "56"})
-    group = await rollout_group(backend, problem, library, 4, Sampling(seed=5), lambda completions, **_: [
-        float("56" in c) for c in completions])
-    assert len(backend.calls) == calls and sum(c["n"] for c in backend.calls) == 4
-    assert len({c["seed"] for c in backend.calls}) == calls  # each distinct prompt its own random stream
-    assert [r.sample for r in group] == [0, 1, 2, 3]
-    for r in group:
-        assert r.shown == tuple(i.id for i in select_items(library, problem.problem, r.sample))
-        assert r.messages == build_messages(problem, library, r.sample)[0]
-    assert len({r.shown for r in group}) == calls
-    assert sum(r.prompt_tokens for r in group) == sum(c["prompt_tokens"] for c in backend.calls)
-
-
-async def test_a_run_varying_the_examples_asks_and_records_each_sample_with_its_own(store, quickstart):
-    config = OptimizeConfig(dataset="quickstart", limit=8, batch_size=4, group_size=4, epochs=2, seed=3,
-                            vary_examples=True)
-    assert "vary_examples" in config.recorded() and "vary_examples" not in SMALL.recorded()  # old runs keep hashes
-    _, result = await run(store, ScriptedBackend({p.problem: p.answer for p in quickstart}), config)
-    assert result.library.policy.vary and sum(i.kind == "example" for i in result.library.items) > 2
-    by_problem = {p.id: p for p in quickstart}
-    varied = 0
-    for step in range(1, len(store.steps(result.run_id)) + 1):
-        groups: dict[str, set] = {}
-        for r in store.rollouts(result.run_id, step):
-            asked = store.version(r.library_version)
-            assert r.shown == tuple(i.id for i in select_items(asked, by_problem[r.problem_id].problem, r.sample))
-            groups.setdefault(r.problem_id, set()).add(r.shown)
-        varied += sum(len(shown) > 1 for shown in groups.values())
-    assert varied  # the second epoch's groups, shown more examples than a prompt holds, were asked with several
 
 
 async def test_homogeneous_groups_cost_no_learner_calls(store, quickstart):

@@ -167,42 +167,6 @@ def test_fan_out_when_the_upstream_ignores_n(tmp_path, library_store):
         process.kill()
 
 
-def test_a_library_varying_its_examples_asks_each_sample_with_its_own_as_eval_does(tmp_path):
-    from gym_tf.library import ExampleOp, RenderPolicy, example_text, with_policy
-
-    store = RunStore(tmp_path / "ws")
-    solved = [ExampleOp(op="example", text=example_text(f"How many legs do {n} spiders have?",
-                                                        f"{n} x 8 = {8 * n}. \\boxed{{{8 * n}}}")) for n in range(1, 5)]
-    library, _ = apply_ops(EMPTY_LIBRARY, solved, step=1)
-    varied = with_policy(library, RenderPolicy(examples=2, vary=True))
-    store.put_version(varied, run_id="r", status="promoted")
-    store.promote(varied.id)
-    process, url, record = start_fake(tmp_path)  # an upstream that honours n: a varying library fans out anyway
-    running = Running(create_app(Upstream(url), store))
-    asked = [{"role": "user", "content": "How many legs do 7 spiders have?"}]
-    try:
-        client = openai.OpenAI(base_url=running.url, api_key="x", max_retries=0)
-        reply = client.chat.completions.create(model="m", messages=asked, n=3, seed=1)
-        assert [c.index for c in reply.choices] == [0, 1, 2]
-        systems = [render_library(varied, asked[0]["content"], i) for i in range(3)]
-        assert len(set(systems)) == 3  # the fan-out's requests arrive in any order: compared as sets
-        assert {(b["messages"][0]["content"], b["seed"]) for b in received(record)} == {(t, 1 + i) for i, t in
-                                                                                        enumerate(systems)}
-        assert [b["n"] for b in received(record)] == [1, 1, 1]
-        assert ({json.dumps(b["messages"]) for b in received(record)}
-                == {json.dumps(varied.messages(asked, i)) for i in range(3)})  # the Python API's, choice by choice
-        stream = client.chat.completions.create(model="m", messages=asked, n=2, stream=True,
-                                                stream_options={"include_usage": True})
-        chunks = list(stream)
-        assert {c.choices[0].index for c in chunks if c.choices} == {0, 1} and chunks[-1].usage.completion_tokens == 12
-        assert sorted(b["messages"][0]["content"] for b in received(record)[3:]) == sorted(systems[:2])
-        client.chat.completions.create(model="m", messages=asked)  # one sample: the version's first text, once
-        assert received(record)[-1]["messages"][0]["content"] == systems[0] and len(received(record)) == 6
-    finally:
-        running.stop()
-        process.kill()
-
-
 def test_completions_inject_text_prompts_only(fake):
     client, record, store, v1, *_ = fake
     text = render_library(v1)
