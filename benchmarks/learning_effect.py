@@ -117,7 +117,7 @@ async def pick_level(family: str, args: argparse.Namespace, backend, folder: Pat
 NOT_SETTINGS = frozenset({"resume", "out", "report", "plot", "screen", "archive", "note", "families", "api_key"})
 # settings added after runs were recorded, with the value those runs had
 LATER_SETTINGS = {"examples_per_answer": "None", "refuse_copied_examples": "False", "test_examples": "None"}
-# settings since removed (each sample shown its own examples: no gain in two A/Bs), with the value that runs without
+# settings since removed (each sample shown its own examples: no gain in three A/Bs), with the value that runs without
 # them had: a run recorded with that value resumes as it was
 RETIRED_SETTINGS = {"test_vary": "False", "vary_examples": "False"}
 
