@@ -404,6 +404,9 @@ def row(c: dict) -> dict:
             # the gain on the test problems that answer gets wrong (recorded since 2026-11-28)
             "diff_where_constant_wrong": learned.get("mean_vs_baseline_uncommon")
             and interval(learned["mean_vs_baseline_uncommon"]),
+            # the gain on the test problems that do not state their own answer, where some do (since 2026-11-29)
+            "diff_where_unstated": learned.get("mean_vs_baseline_unstated")
+            and interval(learned["mean_vs_baseline_unstated"]),
             # the learned arm's test answers that repeat a worked example shown to them (recorded since 2026-11-28)
             "copies": learned.get("copies"),
             "extra_prompt_tokens": c["extra_prompt_tokens_per_call"][learned["name"]], "prune": c.get("prune"),
@@ -530,12 +533,14 @@ def model_size(name: str) -> str:
 def constant_cell(r: dict, ci) -> str:
     """The learned arm against the most common test answer given to every problem: what it scores, the paired
     difference ("not recorded" for runs before 2026-11-27), and the gain over no library on the problems that answer
-    gets wrong (since 2026-11-28)."""
+    gets wrong (since 2026-11-28); and where some test problems state their own answer, the gain on the others
+    (since 2026-11-29)."""
     if not r.get("constant"):
         return "not recorded"
-    wrong = r.get("diff_where_constant_wrong")
+    wrong, unstated = r.get("diff_where_constant_wrong"), r.get("diff_where_unstated")
     return (f"{ci(r['mean_minus_constant'])} ({r['constant']['answer'][:20].replace('|', '/')!r} always: "
-            f"{r['constant']['mean']:.3f}" + (f"; the gain where it is wrong: {ci(wrong)}" if wrong else "") + ")")
+            f"{r['constant']['mean']:.3f}" + (f"; the gain where it is wrong: {ci(wrong)}" if wrong else "") + ")"
+            + (f"; the gain where the problem does not state its answer: {ci(unstated)}" if unstated else ""))
 
 
 def across_families(rows: list[dict], policy: str = "0.5B") -> dict | None:

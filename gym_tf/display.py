@@ -54,6 +54,9 @@ def comparison_table(comparison) -> Table:
         row(f"Mean@{k} - {answer!r} always", lambda a: str(a.mean_vs_constant))
         row(f"Mean@{k} - {base.name}, where {answer!r} is wrong",
             lambda a: str(a.vs_baseline_uncommon) if a.vs_baseline_uncommon else "-")
+    if any(a.vs_baseline_unstated for a in comparison.arms):
+        row(f"Mean@{k} - {base.name}, where the problem does not state its answer",
+            lambda a: str(a.vs_baseline_unstated) if a.vs_baseline_unstated else "-")
     copies = any(a.copies for a in comparison.arms)
     if copies:
         row("answers copying an example", lambda a: str(a.copies) if a.copies else "-")

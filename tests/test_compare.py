@@ -259,3 +259,43 @@ def test_an_answer_copies_an_example_when_most_of_its_words_repeat_the_solution(
     assert copies_example(" ".join(words[:len(words) * 8 // 10]), [solution])
     assert not copies_example(" ".join(words[:len(words) * 6 // 10]), [solution])
     assert not copies_example(" ".join([solution] * 20), [solution])  # a loop of it is no longer the same answer
+
+
+# two of the four state their own answer: a palindrome reads the same backward
+WORDS = [Problem("w0", "Spell this word backward: eye", "eye"), Problem("w1", "Spell this word backward: cat", "tac"),
+         Problem("w2", "Spell this word backward: pop", "pop"), Problem("w3", "Spell this word backward: dog", "god")]
+
+
+class CopiesTheWordWhenShownExamples(ScriptedBackend):
+    """With worked examples in its prompt it boxes the word it was given, without them nothing: right only on the
+    palindromes, what examples of palindromes teach a small model."""
+
+    async def generate(self, messages, n=1, **sampling):
+        word = str(messages[-1]["content"]).rsplit(" ", 1)[-1]
+        text = f"Reversed: \\boxed{{{word}}}" if EXAMPLES_HEADER in str(messages[0]["content"]) else "I do not know."
+        self.calls.append({"stage": "solve"})
+        return Generation([Choice(text, "stop", 5)] * n, 10 * n, 5 * n, 0.0)
+
+
+async def test_a_gain_only_where_the_problem_states_its_answer_is_named_so():
+    from rich.console import Console
+
+    from gym_tf.display import comparison_table
+
+    library, _ = apply_ops(EMPTY_LIBRARY, [ExampleOp(op="example", text="Problem: noon\nSolution: \\boxed{noon}")],
+                           step=1)
+    arms = [("none", EMPTY_LIBRARY, 0), ("learned", library, 900)]
+    result = await compare(CopiesTheWordWhenShownExamples({}), WORDS, exact, 2, Sampling(), arms, seed=1)
+    none, learned = result.arms
+    assert learned.vs_baseline.value == 0.5  # right on both palindromes, as the library was not before
+    # on the two words that are not palindromes it gained nothing: the "gain" was copying the question
+    assert learned.vs_baseline_unstated.value == learned.vs_baseline_unstated.high == 0
+    assert none.vs_baseline_unstated is None
+    assert result.to_dict()["arms"][1]["mean_vs_baseline_unstated"] == {"value": 0.0, "low": 0.0, "high": 0.0}
+    console = Console(record=True, width=120)
+    console.print(comparison_table(result))
+    assert "where the problem does not state its answer" in console.export_text()
+    # where every problem states its answer (options named in the question) or none does, there is no such subset
+    for problems in (WORDS[::2], WORDS[1::2]):
+        alike = await compare(CopiesTheWordWhenShownExamples({}), problems, exact, 2, Sampling(), arms, seed=1)
+        assert alike.arms[1].vs_baseline_unstated is None

@@ -98,6 +98,11 @@ def test_across_families_takes_each_familys_latest_row_at_the_defaults_and_resam
     assert bench.across_families([taught_more, taught_zero])["constant_families"] == ["w"]
     cell = bench.constant_cell(taught_more, lambda e: f"{e[0]:+.3f}")
     assert cell == "+0.000 ('0' always: 0.600; the gain where it is wrong: +0.200)"
+    # and where some test problems state their own answer, the gain on the others (a converged sequence's last term)
+    copied = taught_more | {"diff_where_unstated": (0.0, -0.05, 0.05)}
+    assert bench.constant_cell(copied, lambda e: f"{e[0]:+.3f}") == (
+        "+0.000 ('0' always: 0.600; the gain where it is wrong: +0.200); "
+        "the gain where the problem does not state its answer: +0.000")
 
 
 def test_across_families_also_counts_every_run_at_the_defaults_and_each_familys_best(bench):

@@ -5,7 +5,8 @@ from pydantic import ValidationError
 
 from gym_tf.library import (
     EMPTY_LIBRARY, EXAMPLES_HEADER, LIBRARY_HEADER, AddOp, DeleteOp, ExampleOp, MergeOp, NoneOp, OpAdapter, OpsReply,
-    Provenance, RenderPolicy, UpdateOp, apply_ops, ops_schema, render_library, select_items, with_library, with_policy,
+    Provenance, RenderPolicy, UpdateOp, answer_in_problem, apply_ops, ops_schema, render_library, select_items,
+    with_library, with_policy,
 )
 
 
@@ -314,3 +315,22 @@ def test_a_library_made_before_a_content_rule_still_imports(tmp_path):
                                          "next_number": 2, "step": 1})
     export_library(old, tmp_path / "old.json")
     assert read_library_file(tmp_path / "old.json").items == old.items
+
+
+@pytest.mark.parametrize("problem, answer, stated", [
+    ("Spell this word backward (example: sun -> nus): eye", "eye", True),
+    ("Spell this word backward (example: sun -> nus): Bob", "boB", True),  # whatever its case
+    ("Spell this word backward (example: sun -> nus): cat", "tac", False),
+    ("Find the GCD of these numbers: 990, 330.", "330", True),
+    ("What is the next term: 9, 4, 2, 1, 0, 0, 0, ?", "0", True),
+    ("Simplify the fraction $\\dfrac{9}{16}$ to its lowest terms.", "$\\dfrac{9}{16}$", True),
+    ("Calculate -2 - -4.", "2", False),  # a sign belongs to its number
+    ("What is 12 * 10?", "120", False),  # nor is 120 read inside 12 or 12 inside 120
+    ("What is 12 * 10?", "12", True),
+    ("Compute 0.55 + 0.", "0.5", False),
+    ("Let x = 12.5; round x down.", "12", False),
+    ("Anything at all.", "", False),
+    ("Anything at all.", None, False),
+])
+def test_an_answer_stated_in_its_own_problem(problem, answer, stated):
+    assert answer_in_problem(problem, answer) is stated
