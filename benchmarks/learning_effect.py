@@ -116,7 +116,8 @@ async def pick_level(family: str, args: argparse.Namespace, backend, folder: Pat
 # how the benchmark is invoked, not what a family's run is (and the API key, which no file keeps)
 NOT_SETTINGS = frozenset({"resume", "out", "report", "plot", "screen", "archive", "note", "families", "api_key"})
 # settings added after runs were recorded, with the value those runs had
-LATER_SETTINGS = {"examples_per_answer": "None", "refuse_copied_examples": "False", "test_examples": "None"}
+LATER_SETTINGS = {"examples_per_answer": "None", "refuse_copied_examples": "False", "test_examples": "None",
+                  "refuse_answer_in_problem": "False"}
 # settings since removed (each sample shown its own examples: no gain in three A/Bs), with the value that runs without
 # them had: a run recorded with that value resumes as it was
 RETIRED_SETTINGS = {"test_vary": "False", "vary_examples": "False"}
@@ -221,7 +222,7 @@ async def one_family(family: str, args: argparse.Namespace, out: Path) -> dict:
             hard_groups=args.hard_groups, examples_per_prompt=args.examples, worked_examples=args.examples > 0,
             retrieve_lessons=args.retrieve_lessons, rollout=rollout, backend=backend_config, learner=learner_config,
             prune=args.prune, learner_examples=args.learner_examples, examples_per_answer=args.examples_per_answer,
-            refuse_copied_examples=args.refuse_copied_examples,
+            refuse_copied_examples=args.refuse_copied_examples, refuse_answer_in_problem=args.refuse_answer_in_problem,
         )
 
         def progress(p):
@@ -683,6 +684,9 @@ def arguments() -> argparse.ArgumentParser:
                         help="keep at most N worked examples with the same final answer (default: no limit)")
     parser.add_argument("--refuse-copied-examples", action="store_true",
                         help="keep no answer that copies a worked example's solution as another worked example")
+    parser.add_argument("--refuse-answer-in-problem", action="store_true",
+                        help="keep no worked example of a problem whose answer stands in its own statement (a "
+                             "palindrome to spell backward), unless most problems are like that")
     parser.add_argument("--retrieve-lessons", type=int, default=None)
     parser.add_argument("--learner-examples", type=int, default=0,
                         help="where no answer of the policy is fit to show, the learner's answers (this many) can be "

@@ -266,6 +266,9 @@ def optimize(
         help="keep at most N worked examples with the same final answer (none: no limit)")] = None,
     refuse_copied_examples: Annotated[bool, typer.Option(
         help="keep no answer that copies a worked example's solution as another worked example")] = False,
+    refuse_answer_in_problem: Annotated[bool, typer.Option(
+        help="keep no worked example of a problem whose answer stands in its own statement (a palindrome to spell "
+             "backward), unless most problems are like that")] = False,
     learner_examples: Annotated[int, typer.Option(help="where the model answered a problem right in no showable way, "
                                                        "the learner answers it N times; a verified answer becomes "
                                                        "the worked example")] = 0,
@@ -326,6 +329,7 @@ def optimize(
             val_samples=val_samples, prune=prune, max_tokens=max_tokens, max_library_tokens=max_library_tokens,
             retrieve_lessons=retrieve_lessons, examples_per_prompt=examples_per_prompt, worked_examples=worked_examples,
             examples_per_answer=examples_per_answer, refuse_copied_examples=refuse_copied_examples,
+            refuse_answer_in_problem=refuse_answer_in_problem,
             learner_examples=learner_examples, summarize=summarize,
             hard_groups=hard_groups,
             rollout=RolloutConfig(temperature=temperature, max_completion_tokens=max_completion_tokens),

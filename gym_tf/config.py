@@ -74,6 +74,9 @@ class OptimizeConfig(BaseModel):
     refuse_copied_examples: bool = Field(False, description="keep no answer whose words are at least 80% a worked "
                                          "example's solution (a copy, right only where its answer happens to be "
                                          "this problem's) as another worked example")
+    refuse_answer_in_problem: bool = Field(False, description="keep no worked example of a problem whose answer "
+                                           "stands in its own statement (a palindrome to spell backward, the GCD of "
+                                           "990 and 330), unless most problems are like that (Yes or No questions)")
     learner_examples: int = Field(0, ge=0, le=16, description="where none of the model's answers to a problem is fit "
                                   "to show, the learner answers it this many times and a verified answer becomes the "
                                   "worked example (0: off; meant for a stronger learner)")
@@ -111,6 +114,8 @@ class OptimizeConfig(BaseModel):
             del data["examples_per_answer"]  # and for runs with no cap on examples per answer
         if not self.refuse_copied_examples:
             del data["refuse_copied_examples"]  # and for runs that keep copies
+        if not self.refuse_answer_in_problem:
+            del data["refuse_answer_in_problem"]  # and for runs that show examples whose answer is in the problem
         return data
 
     def render_policy(self) -> RenderPolicy:

@@ -29,7 +29,7 @@ from gym_tf.evaluate import evaluate
 from gym_tf.learner import (JudgeCalls, LearnerCalls, OpRules, StageReply, consolidate_prompt, group_prompt,
                              summarize_prompt)
 from gym_tf.library import (MAX_EXAMPLE_CHARS, DeleteOp, ExampleOp, Experience, LibraryVersion, OpVerdict,
-                             Provenance, apply_ops, copies_example, example_parts, example_solutions, example_text,
+                             Provenance, answer_in_problem, apply_ops, copies_example, example_parts, example_solutions, example_text,
                              problems_held_in, shows_unrun_output, solution_steps, with_policy)
 from gym_tf.metrics import canonical_answer, paired_difference
 from gym_tf.rollouts import Rollout, build_messages, rollout_many
@@ -87,6 +87,7 @@ class Optimizer:
         self.progress = Progress()
         self.val_baseline: float | None = None  # validation mean of the starting library, when gated
         self._references: dict[str, str | None] | None = None  # reference answers by problem id, read when needed
+        self._answers_given: bool | None = None  # whether most problems state their own answer, read when needed
         # recorded traffic has answers only where users gave feedback: the feedback reward handles the rest
         self.problems = open_dataset(config.dataset, config.problem_field, config.answer_field,
                                      require_answer=config.reward not in ANSWER_FREE and config.traffic is None,
@@ -442,7 +443,7 @@ class Optimizer:
         working to read."""
         self._check_budget()
         have, solutions = _examples_held(library), list(example_solutions(library).values())
-        todo = [p for p in batch if p.answer is not None and p.id not in have
+        todo = [p for p in batch if p.answer is not None and p.id not in have and not self._gives_its_answer(p)
                 and not self._showable(p, groups[p.id], solutions)]
         return await self._stored_or_sampled(epoch, step, todo, library, self.learner_backend,
                                              self.config.learner_examples, f"learner:{epoch}", prefix=LEARNER_ANSWER)
@@ -453,13 +454,13 @@ class Optimizer:
         """One worked example per problem that has none yet: of its showable answers, the model's own if it has any,
         else the learner's, the one that shows the most steps (then the shortest). An answer that only states the
         result demonstrates nothing. With `examples_per_answer`, none whose final answer the library already shows
-        that many times."""
+        that many times; with `refuse_answer_in_problem`, none of a problem that states its own answer."""
         have, solutions = _examples_held(library), list(example_solutions(library).values())
         cap = self.config.examples_per_answer
         answers = Counter(self._answer_shown(i) for i in library.items if i.kind == "example") if cap else Counter()
         out = []
         for problem in batch:
-            if problem.id in have or problem.answer is None:
+            if problem.id in have or problem.answer is None or self._gives_its_answer(problem):
                 continue
             own = self._showable(problem, groups[problem.id], solutions)
             showable, prefix = (own, "") if own else (self._showable(problem, learners.get(problem.id, []), solutions),
@@ -476,6 +477,19 @@ class Optimizer:
                                 rollout_ids=(rollout_key(self.run_id, step, prefix + problem.id, best.sample),))
             out.append((ExampleOp(op="example", text=example_text(problem.problem, best.completion)), origin))
         return out
+
+    def _gives_its_answer(self, problem: Problem) -> bool:
+        """With `refuse_answer_in_problem`: whether this problem's answer stands in its statement while most problems
+        of the dataset (up to 1000 of them, evenly spaced) do not state theirs. Where most do, the answers are options
+        the question names, and the rule would leave the family no example."""
+        if not self.config.refuse_answer_in_problem or not answer_in_problem(problem.problem, problem.answer):
+            return False
+        if self._answers_given is None:
+            step = max(1, len(self.problems) // 1000)
+            sample = [self.problems[i] for i in range(0, len(self.problems), step)]
+            given = sum(answer_in_problem(p.problem, p.answer) for p in sample)
+            self._answers_given = 2 * given >= len(sample)
+        return not self._answers_given
 
     def _answer_shown(self, example: Experience) -> object:
         """The final answer a worked example shows: its problem's reference answer (a verified solution's answer is

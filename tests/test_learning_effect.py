@@ -164,7 +164,8 @@ def test_a_run_recorded_before_the_archive_options_or_a_later_setting_existed_st
     them, and a resume must not read their absence as other settings."""
     now = bench.settings(bench.arguments().parse_args(["--families", "gcd"]))
     recorded = {k: v for k, v in now.items()
-                if k not in ("archive", "note", "examples_per_answer", "refuse_copied_examples")}
+                if k not in ("archive", "note", "examples_per_answer", "refuse_copied_examples",
+                             "refuse_answer_in_problem")}
     bench.same_settings(recorded, now, "level.json")
     # a setting added later reads, in a run recorded before it, as the value that run had
     capped = bench.settings(bench.arguments().parse_args(["--families", "gcd", "--examples-per-answer", "1"]))
@@ -173,6 +174,10 @@ def test_a_run_recorded_before_the_archive_options_or_a_later_setting_existed_st
     refusing = bench.settings(bench.arguments().parse_args(["--families", "gcd", "--refuse-copied-examples"]))
     with pytest.raises(bench.ConfigError, match=r"other settings \(refuse_copied_examples\)"):
         bench.same_settings(recorded, refusing, "level.json")
+    refusing = bench.settings(bench.arguments().parse_args(["--families", "gcd", "--refuse-answer-in-problem"]))
+    with pytest.raises(bench.ConfigError, match=r"other settings \(refuse_answer_in_problem\)"):
+        bench.same_settings(recorded, refusing, "level.json")
+    assert bench.changed_settings(refusing) == "--refuse-answer-in-problem"
     with pytest.raises(bench.ConfigError, match=r"other settings \(seed\)"):
         bench.same_settings(recorded | {"seed": "7"}, now, "level.json")
     # a setting since removed resumes a run recorded at the value runs without it have, and refuses one that used it

@@ -273,6 +273,29 @@ async def test_an_answer_copying_a_worked_example_is_not_kept_as_another(tmp_pat
         assert all(copies_example(r["completion"], [example_parts(examples[0].text)[1]]) for r in refused)
 
 
+WORDS = {"Spell this word backward: eye": "eye", "Spell this word backward: cat": "tac",
+         "Spell this word backward: dog": "god", "Spell this word backward: sun": "nus"}
+OPTIONS = {"Is 3 odd? Answer Yes or No.": "Yes", "Is 4 odd? Answer Yes or No.": "No",
+           "Is 5 odd? Answer Yes or No.": "Yes", "Is 6 prime? Answer Yes or No.": "No"}
+
+
+@pytest.mark.parametrize("problems, refuse, kept", [
+    (WORDS, True, {"tac", "god", "nus"}),  # the palindrome states its answer: right by copying the question
+    (WORDS, False, {"eye", "tac", "god", "nus"}),
+    (OPTIONS, True, {"Yes", "No"}),  # every answer is an option the question names: the rule leaves them all
+])
+async def test_no_worked_example_of_a_problem_that_states_its_own_answer(tmp_path, problems, refuse, kept):
+    rows = [{"id": f"w{i}", "problem": problem, "answer": answer} for i, (problem, answer) in enumerate(problems.items())]
+    (tmp_path / "words.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
+    config = OptimizeConfig(dataset=str(tmp_path / "words.jsonl"), batch_size=4, group_size=2, epochs=1,
+                            refuse_answer_in_problem=refuse)
+    assert ("refuse_answer_in_problem" in config.recorded()) == refuse  # runs without it keep their hash
+    _, result = await run(RunStore(tmp_path / "ws"), ScriptedBackend(problems, skill=1.0), config)
+    examples = [i for i in result.library.items if i.kind == "example"]
+    boxed = [re.search(r"\\boxed\{(.*)\}", i.text).group(1) for i in examples]
+    assert len(boxed) == len(problems) - (refuse and problems is WORDS) and set(boxed) == kept
+
+
 async def test_hard_groups_learn_from_the_reference_answer(store, quickstart):
     hopeless = ScriptedBackend({p.problem: p.answer for p in quickstart}, skill=0.0)
     _, result = await run(store, hopeless, SMALL.model_copy(update={"hard_groups": "reference", "epochs": 1}))
