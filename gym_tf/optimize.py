@@ -29,8 +29,8 @@ from gym_tf.evaluate import evaluate
 from gym_tf.learner import (JudgeCalls, LearnerCalls, OpRules, StageReply, consolidate_prompt, group_prompt,
                              summarize_prompt)
 from gym_tf.library import (MAX_EXAMPLE_CHARS, DeleteOp, ExampleOp, Experience, LibraryVersion, OpVerdict,
-                             Provenance, answer_in_problem, apply_ops, copies_example, example_parts, example_solutions, example_text,
-                             problems_held_in, shows_unrun_output, solution_steps, with_policy)
+                             Provenance, answer_in_problem, apply_ops, copies_example, example_parts, example_solutions,
+                             example_text, problems_held_in, shows_unrun_output, solution_steps, with_policy)
 from gym_tf.metrics import canonical_answer, paired_difference
 from gym_tf.rollouts import Rollout, build_messages, rollout_many
 from gym_tf.store import LEARNER_ANSWER, RunStore, config_hash, rollout_key

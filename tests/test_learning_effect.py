@@ -200,6 +200,8 @@ def test_the_plot_draws_every_run_once_and_stars_the_runs_of_an_earlier_rule_or_
     assert (tmp_path / "effect.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert len(labels) == len(rows)
     assert [label for label in labels if label.endswith(" *")] == [
+        "products 46, 0.5B, 2 epochs, no library 0.34 *",  # --refuse-answer-in-problem
+        "number_sequence 45, 0.5B, 2 epochs, no library 0.10 *", "spell_backward 62, 0.5B, 2 epochs, no library 0.21 *",
         "color_cube_rotation 53, 0.5B, 2 epochs, no library 0.03 *",  # --refuse-copied-examples
         "polynomial_equations 51, 0.5B, 2 epochs, no library 0.37 *",  # --examples-per-answer 1
         "decimal_chain_sum 9, 0.5B, 2 epochs, no library 0.24 *", "fraction_simplification 11, 0.5B, no library 0.10 *",
