@@ -463,8 +463,8 @@ def copies_example(answer: str, solutions: Iterable[str]) -> bool:
 def answer_in_problem(problem: str, answer: str | None) -> bool:
     """Whether a problem's answer stands in its own statement, as a whole word or number, whatever its case: a
     palindrome to spell backward (`eye`), the GCD of 990 and 330, `8 + 0`, a fraction already in lowest terms. A small
-    model is right on such problems by copying the question: the embedded 0.5B's only right training answers on
-    number_sequence (seed 45) were to the 5 of 16 sequences that end on a repeated term, and on spell_backward (seed
+    model is right on such problems by copying the question: the embedded 0.5B's only fully right training answers
+    on number_sequence (seed 45) were to the 5 of 16 sequences that end on a repeated term, and on spell_backward (seed
     62) both worked examples it learned were of palindromes (`eye`, `Bob`). In a family whose answers are options
     named in the question (Yes or No, True or False) most problems are like that."""
     answer = (answer or "").strip()
