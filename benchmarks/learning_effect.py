@@ -117,6 +117,7 @@ async def pick_level(family: str, args: argparse.Namespace, backend, folder: Pat
 NOT_SETTINGS = frozenset({"resume", "out", "report", "plot", "screen", "archive", "note", "families", "api_key"})
 # settings added after runs were recorded, with the value those runs had
 LATER_SETTINGS = {"examples_per_answer": "None", "refuse_copied_examples": "False", "test_examples": "None",
+                  "test_first": "None",
                   "refuse_answer_in_problem": "False"}
 # settings since removed (each sample shown its own examples: no gain in three A/Bs), with the value that runs without
 # them had: a run recorded with that value resumes as it was
@@ -245,6 +246,9 @@ async def one_family(family: str, args: argparse.Namespace, out: Path) -> dict:
 
         prune = next((s for s in store.steps(result.run_id) if "ablation" in s["stats"]), None)
         arms = compared_arms(store, result.library, learning, prune, args.test_unpruned, args.test_examples)
+        if args.test_first:
+            first = [p.id for p in load_dataset(str(train))[:args.test_first]]
+            arms.append((f"learned, first {len(first)} problems", learned_from(result.library, first), learning))
         comparison = await compare(backend, problems, load_reward(reward), args.k, config.rollout.sampling(), arms,
                                    seed=args.seed + 7, on_group=tested)
     finally:
@@ -329,6 +333,16 @@ def shown_examples(library: LibraryVersion, examples: int) -> LibraryVersion:
     return with_policy(library, policy.model_copy(update={"examples": examples, "max_tokens": budget}))
 
 
+def learned_from(library: LibraryVersion, problem_ids: list[str]) -> LibraryVersion:
+    """The library cut to the items learned from `problem_ids` alone (every problem of an item's provenance among
+    them): what a run on those training problems could have kept, beside a run on more of them. An item that records
+    no problem is dropped, as not known to come from them."""
+    allowed = set(problem_ids)
+    kept = [i.model_dump(mode="json") for i in library.items
+            if i.provenance.problem_ids and set(i.provenance.problem_ids) <= allowed]
+    return LibraryVersion.model_validate({**library.model_dump(mode="json"), "items": kept})
+
+
 def against_learned(comparison) -> dict[str, dict]:
     """Each arm after the first two against the learned one, on the same problems and seeds: the paired Mean@k and
     Majority@k differences, that arm minus the learned one (what a variant of the library did on test)."""
@@ -363,7 +377,7 @@ def prune_effect(prune: dict | None, against: dict[str, dict]) -> dict | None:
 RUN_CHOICES = frozenset({"seed", "level", "level_aim", "base_url", "model", "model_file", "learner_base_url",
                          "learner_model", "learner_model_file"})
 # test arms added beside the learned one: they change neither the library learned nor how its arm is sampled
-EXTRA_ARMS = frozenset({"test_unpruned", "test_examples"})
+EXTRA_ARMS = frozenset({"test_unpruned", "test_examples", "test_first"})
 
 
 def changed_settings(recorded: dict) -> str:
@@ -703,6 +717,10 @@ def arguments() -> argparse.ArgumentParser:
     parser.add_argument("--test-examples", type=count_arg, default=None, metavar="N",
                         help="also test the learned library shown N worked examples per prompt (its budget scaled "
                              "alike): one more test arm, compared with the learned one on the same problems and seeds")
+    parser.add_argument("--test-first", type=count_arg, default=None, metavar="N",
+                        help="also test the learned library cut to the items learned from the first N training "
+                             "problems: with --train above N, what more training problems bought, on the same test "
+                             "problems and seeds")
     parser.add_argument("--max-completion-tokens", type=int, default=256)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--level", default="auto", type=level_arg,

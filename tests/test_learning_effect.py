@@ -389,6 +389,24 @@ def test_the_learned_library_shown_more_examples_is_one_more_arm_with_its_budget
         bench.arguments().parse_args(["--test-examples", "-1"])
 
 
+def test_the_library_from_the_first_training_problems_keeps_only_what_they_taught(bench):
+    from gym_tf.library import Experience, LibraryVersion, Provenance, RenderPolicy
+
+    def item(n, problems, kind="example"):
+        return Experience(id=f"E{n}", kind=kind, text=f"item {n}",
+                          provenance=Provenance(step=1, op="add", problem_ids=problems))
+
+    learned = LibraryVersion(items=(item(1, ("p1",)), item(2, ("p5",)), item(3, ("p1", "p5"), "lesson"),
+                                    item(4, ("p2",), "lesson"), item(5, ())),
+                             next_number=6, policy=RenderPolicy(max_tokens=300, examples=2))
+    cut = bench.learned_from(learned, ["p1", "p2", "p3"])
+    # E2 and E3 learned from p5 too, E5 from no recorded problem: neither is known to come from the first three
+    assert [i.id for i in cut.items] == ["E1", "E4"] and cut.policy == learned.policy and cut.id != learned.id
+    assert bench.learned_from(learned, []).items == ()
+    with_arm = bench.settings(bench.arguments().parse_args(["--test-first", "16", "--train", "48"]))
+    assert bench.changed_settings(with_arm) == "--train 48"
+
+
 def test_each_extra_arm_is_set_against_the_learned_one_and_keeps_its_row_at_the_defaults(bench):
     from types import SimpleNamespace
 
