@@ -245,10 +245,8 @@ async def one_family(family: str, args: argparse.Namespace, out: Path) -> dict:
                   file=sys.stderr, flush=True)
 
         prune = next((s for s in store.steps(result.run_id) if "ablation" in s["stats"]), None)
-        arms = compared_arms(store, result.library, learning, prune, args.test_unpruned, args.test_examples)
-        if args.test_first:
-            first = [p.id for p in load_dataset(str(train))[:args.test_first]]
-            arms.append((f"learned, first {len(first)} problems", learned_from(result.library, first), learning))
+        first = [p.id for p in load_dataset(str(train))[:args.test_first]] if args.test_first else None
+        arms = compared_arms(store, result.library, learning, prune, args.test_unpruned, args.test_examples, first)
         comparison = await compare(backend, problems, load_reward(reward), args.k, config.rollout.sampling(), arms,
                                    seed=args.seed + 7, on_group=tested)
     finally:
@@ -309,17 +307,24 @@ async def screen(families: list[str], args: argparse.Namespace, out: Path) -> li
 
 
 def compared_arms(store: RunStore, learned: LibraryVersion, learning: int, prune: dict | None,
-                  with_unpruned: bool, examples: int | None = None) -> list[tuple[str, LibraryVersion, int]]:
+                  with_unpruned: bool, examples: int | None = None,
+                  first: list[str] | None = None) -> list[tuple[str, LibraryVersion, int]]:
     """The libraries the test compares, each with the tokens spent learning it: none, the learned one, with
-    `with_unpruned` the library before the prune step (`prune`, its step row) where that step dropped items, and
+    `with_unpruned` the library before the prune step (`prune`, its step row) where that step dropped items,
     with `examples` the learned one shown that many worked examples per prompt (`shown_examples`), where that
-    changes what a prompt shows (a library of 2 examples shows both either way)."""
+    changes what a prompt shows (a library of 2 examples shows both either way), and with `first` (training problem
+    ids) the learned one cut to the items learned from them (`learned_from`), where that keeps some items but not
+    all (else its prompts are the learned or the none arm's)."""
     arms = [("none", store.version("empty"), 0), ("learned", learned, learning)]
     if with_unpruned and prune is not None and prune["version_after"] != prune["version_before"]:
         arms.append(("unpruned", store.version(prune["version_before"]), learning))
     held = sum(item.kind == "example" for item in learned.items)
     if examples is not None and min(examples, held) != min(learned.policy.examples, held):  # else: the same prompts
         arms.append((f"learned, {examples} examples", shown_examples(learned, examples), learning))
+    if first is not None:
+        cut = learned_from(learned, first)
+        if 0 < len(cut.items) < len(learned.items):
+            arms.append((f"learned, first {len(first)} problems", cut, learning))
     return arms
 
 

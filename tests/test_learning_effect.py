@@ -390,8 +390,9 @@ def test_the_learned_library_shown_more_examples_is_one_more_arm_with_its_budget
         bench.arguments().parse_args(["--test-examples", "-1"])
 
 
-def test_the_library_from_the_first_training_problems_keeps_only_what_they_taught(bench):
+def test_the_library_from_the_first_training_problems_keeps_only_what_they_taught(bench, tmp_path):
     from gym_tf.library import Experience, LibraryVersion, Provenance, RenderPolicy
+    from gym_tf.store import RunStore
 
     def item(n, problems, kind="example"):
         return Experience(id=f"E{n}", kind=kind, text=f"item {n}",
@@ -404,6 +405,13 @@ def test_the_library_from_the_first_training_problems_keeps_only_what_they_taugh
     # E2 and E3 learned from p5 too, E5 from no recorded problem: neither is known to come from the first three
     assert [i.id for i in cut.items] == ["E1", "E4"] and cut.policy == learned.policy and cut.id != learned.id
     assert bench.learned_from(learned, []).items == ()
+    # one more test arm where the cut keeps some items; keeping all or none, its prompts are another arm's
+    store = RunStore(tmp_path / "ws")
+    names = lambda library, first: [n for n, _, _ in bench.compared_arms(store, library, 900, None, False, None,  # noqa: E731
+                                                                        first)]
+    assert names(learned, ["p1", "p2", "p3"]) == ["none", "learned", "learned, first 3 problems"]
+    recorded = LibraryVersion(items=learned.items[:4], next_number=5, policy=learned.policy)  # each names its problems
+    assert names(recorded, ["p1", "p2", "p5"]) == names(learned, ["p9"]) == names(learned, None) == ["none", "learned"]
     with_arm = bench.settings(bench.arguments().parse_args(["--test-first", "16", "--train", "48"]))
     assert bench.changed_settings(with_arm) == "--train 48"
 
