@@ -74,30 +74,64 @@ def _repeats_itself(text: str) -> bool:
     return bool(runs) and max(runs.values()) >= REPEATS_IN_A_LOOP
 
 
+# What a rejected lesson's retry tells the learner (gym_tf/learner.py sends the message back with the prompt).
+_TOO_SHORT = (f"a lesson needs at least {MIN_LESSON_LETTERS} letters of advice: state a general rule, not one problem's "
+              "result")
+_IN_A_LOOP = "a lesson that says the same words over and over is a reply caught in a loop: state the advice once"
+_TO_THE_LIBRARY = "a lesson is advice to the solver, not an instruction about the library: write the advice itself"
+_TO_THE_GRADING = ("a lesson is read with a new problem, where there are no attempts and no reference answer to refer "
+                   "to: state the advice itself")
+_A_STORY = ("a lesson is advice to the solver, not a story of what one attempt did: state the rule the attempt shows, "
+            "in the imperative")
+_ECHOED = "a lesson is advice in your own words, not the instructions copied back"
+_RETRY_MESSAGES = (_TOO_SHORT, _IN_A_LOOP, _TO_THE_LIBRARY, _TO_THE_GRADING, _A_STORY, _ECHOED)
+
+# "Add 10 letters of advice" (the 0.5B learner on decimal_chain_sum seed 64, 2026-11-28, on a 2-core Zen 5 EPYC): the
+# too-short message above, echoed back in a retry's reply and kept as a lesson. Three words in a row of a retry's
+# message are not the learner's own, so a lesson's letters are counted without them: "Add" is 3.
+ECHO_OF_A_RETRY = 3
+
+
+@lru_cache(maxsize=1)
+def _retry_runs() -> frozenset[tuple[str, ...]]:
+    runs = set()
+    for message in _RETRY_MESSAGES:
+        words = re.findall(r"\w+", message.lower())
+        runs.update(tuple(words[i:i + ECHO_OF_A_RETRY]) for i in range(len(words) - ECHO_OF_A_RETRY + 1))
+    return frozenset(runs)
+
+
+def _own_letters(text: str) -> int:
+    """Letters of `text` outside any run of `ECHO_OF_A_RETRY` words taken from a retry's message."""
+    words = re.findall(r"\w+", text.lower())
+    echoed = set()
+    for i in range(len(words) - ECHO_OF_A_RETRY + 1):
+        if tuple(words[i:i + ECHO_OF_A_RETRY]) in _retry_runs():
+            echoed.update(range(i, i + ECHO_OF_A_RETRY))
+    return sum(c.isalpha() for i, word in enumerate(words) if i not in echoed for c in word)
+
+
 def _says_something(text: str) -> str:
     """A lesson is advice in words: "8 + 32 = 40" is one problem's arithmetic, not a lesson (a 0.5B learner wrote
     exactly that into a learned library). Letters are counted, not words, so scripts without spaces pass. Nor is
     an instruction about the library itself ("Add a lesson on ..."), nor a note about the compared attempts, nor a
-    summary of one attempt, nor our own prompt echoed back."""
+    summary of one attempt, nor our own prompt or a retry's message echoed back."""
     if sum(c.isalpha() for c in text) < MIN_LESSON_LETTERS:
-        raise ValueError(f"a lesson needs at least {MIN_LESSON_LETTERS} letters of advice: state a general rule, "
-                         "not one problem's result")
+        raise ValueError(_TOO_SHORT)
     if _repeats_itself(text):
-        raise ValueError("a lesson that says the same words over and over is a reply caught in a loop: state the "
-                         "advice once")
+        raise ValueError(_IN_A_LOOP)
     if _ABOUT_THE_LIBRARY.match(text):
-        raise ValueError("a lesson is advice to the solver, not an instruction about the library: write the advice "
-                         "itself")
+        raise ValueError(_TO_THE_LIBRARY)
     if _ABOUT_THE_GRADING.search(text):
-        raise ValueError("a lesson is read with a new problem, where there are no attempts and no reference answer "
-                         "to refer to: state the advice itself")
+        raise ValueError(_TO_THE_GRADING)
     if _NARRATES_AN_ATTEMPT.search(text):
-        raise ValueError("a lesson is advice to the solver, not a story of what one attempt did: state the rule the "
-                         "attempt shows, in the imperative")
+        raise ValueError(_A_STORY)
     copied = copied_from_prompts(text)
     if copied:
-        raise ValueError(f'a lesson is advice in your own words, not the instructions copied back ("{copied}"): '
-                         "write the advice itself")
+        raise ValueError(f'{_ECHOED} ("{copied}"): write the advice itself')
+    if _own_letters(text) < MIN_LESSON_LETTERS:
+        raise ValueError(f"{_ECHOED}: a lesson's {MIN_LESSON_LETTERS} letters of advice are its own, not the words of "
+                         "this check's message")
     return text
 
 
