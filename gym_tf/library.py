@@ -86,7 +86,7 @@ _A_STORY = ("a lesson is advice to the solver, not a story of what one attempt d
 _ECHOED = "a lesson is advice in your own words, not the instructions copied back"
 _RETRY_MESSAGES = (_TOO_SHORT, _IN_A_LOOP, _TO_THE_LIBRARY, _TO_THE_GRADING, _A_STORY, _ECHOED)
 
-# "Add 10 letters of advice" (the 0.5B learner on decimal_chain_sum seed 64, 2026-11-28, on a 2-core Zen 5 EPYC): the
+# "Add 10 letters of advice" (the 0.5B learner on decimal_chain_sum seed 64, 2026-11-29, on a 2-core Zen 5 EPYC): the
 # too-short message above, echoed back in a retry's reply and kept as a lesson. Three words in a row of a retry's
 # message are not the learner's own, so a lesson's letters are counted without them: "Add" is 3.
 ECHO_OF_A_RETRY = 3

@@ -126,7 +126,7 @@ LOOP = "caught in a loop"
     ("Operations.0.add.text is where advice goes now.", ECHO),
     ("Check the lesson at operations.0 before you answer it.", ECHO),  # an error at a whole op names no field
     ("Follow the order of operations. 2 rules: multiply, then add.", None),
-    # the 0.5B learner on decimal_chain_sum seed 64 (2026-11-28): the too-short message, written back as a lesson
+    # the 0.5B learner on decimal_chain_sum seed 64 (2026-11-29): the too-short message, written back as a lesson
     ("Add 10 letters of advice", ECHO),
     ("Add 10 letters of advice: state a general rule.", ECHO),
     ("State the advice itself: add the numbers left to right.", None),  # a message's words, and advice of its own
