@@ -407,7 +407,8 @@ def row(c: dict) -> dict:
     interval = lambda e: (e["value"], e["low"], e["high"])  # noqa: E731
     changed = changed_settings(c["settings"])
     return {"family": c["family"] + (f" ({changed})" if changed else ""), "seed": c["settings"]["seed"],
-            "epochs": int(c["settings"].get("epochs", 1)), "level": level_text(c), "model": c["model"],
+            "epochs": int(c["settings"].get("epochs", 1)), "train": int(c["settings"].get("train", 16)),
+            "level": level_text(c), "model": c["model"],
             "learner": c.get("learner", c["model"]), "test": c["problems"],
             "k": c["samples"],
             "items": learned["library_items"], "lessons": sum(i.get("kind", "lesson") == "lesson" for i in c["library"]),
@@ -518,12 +519,12 @@ def markdown(rows: list[dict]) -> str:
 def archive(runs: list[dict], note: str | None, archive_path: Path = ARCHIVE, readme: Path = README) -> str:
     """Record finished runs (rows of their results.json): newest first in the archive, with `note` (what else shared
     the CPU) in their wall column; their lines at the top of the README's table, and the README's across-families
-    line rewritten to count them. Returns the new across-families line. A run already archived is refused."""
+    lines rewritten to count them (one at the defaults, one for each other --train run). Returns the new lines. A run
+    already archived is refused."""
     rows = json.loads(archive_path.read_text(encoding="utf-8"))
     text = readme.read_text(encoding="utf-8")
-    before = across_families(rows)
-    stated = before and across_text(before).strip()
-    if TABLE_MARK + "\n" not in text or not stated or stated not in text:
+    stated = across_lines(rows)
+    if TABLE_MARK + "\n" not in text or None not in stated or any(line not in text for line in stated.values()):
         raise ConfigError(f"{readme} does not hold the archive's table ({TABLE_MARK}) and across-families line; "
                           "fix it before archiving")
     note = note and " ".join(note.replace("|", "/").split())  # one table cell
@@ -537,10 +538,16 @@ def archive(runs: list[dict], note: str | None, archive_path: Path = ARCHIVE, re
     columns = "".join(table.splitlines(keepends=True)[:2])
     lines = markdown(added).splitlines(keepends=True)[2:]
     text = head + TABLE_MARK + "\n" + columns + "".join(lines) + table[len(columns):]
-    after = across_text(across_families(rows)).strip()
+    after = across_lines(rows)
+    previous = None
+    for train, line in after.items():  # a training-set size run for the first time: a line under the one before
+        text = (text.replace(stated[train], line) if train in stated
+                else re.sub(rf"^( *)({re.escape(after[previous])})$", lambda m: f"{m[0]}\n{m[1]}{line}", text,
+                            count=1, flags=re.M))
+        previous = train
     archive_path.write_text(json.dumps(rows, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
-    readme.write_text(text.replace(stated, after), encoding="utf-8")
-    return after
+    readme.write_text(text, encoding="utf-8")
+    return "\n".join(after.values())
 
 
 def model_size(name: str) -> str:
@@ -563,19 +570,22 @@ def constant_cell(r: dict, ci) -> str:
             + (f"; the gain where the problem does not state its answer: {ci(unstated)}" if unstated else ""))
 
 
-def across_families(rows: list[dict], policy: str = "0.5B") -> dict | None:
+def across_families(rows: list[dict], policy: str = "0.5B", train: int | None = None) -> dict | None:
     """The families run, taken together: each family's first row in `rows` (the archive keeps them newest first) that
     ran the benchmark's defaults (`policy` answering and learning, the default epochs, test split and k; a family
-    named with a setting in brackets ran another). The families that meet the target (the Mean@k gain's interval and
-    the vote's above 0), those with the gain alone, those below no library, those that kept no item; and the mean
-    gain over these families with a percentile bootstrap 95% interval that resamples families. That interval is for
-    the average over the families run, not a prediction for one new family: `spread` gives the families' range.
-    `every_run` counts every such row, reruns included, and `best` the families with at least one row that met both
-    (`beyond`: beyond the most common answer too), since a count by the latest row drifts as near misses are rerun."""
+    named with a setting in brackets ran another), or the defaults but for `train` training problems. The families
+    that meet the target (the Mean@k gain's interval and the vote's above 0), those with the gain alone, those below
+    no library, those that kept no item; and the mean gain over these families with a percentile bootstrap 95%
+    interval that resamples families. That interval is for the average over the families run, not a prediction for
+    one new family: `spread` gives the families' range. `every_run` counts every such row, reruns included, and
+    `best` the families with at least one row that met both (`beyond`: beyond the most common answer too), since a
+    count by the latest row drifts as near misses are rerun."""
     defaults = arguments().parse_args([])
-    at_defaults = [r for r in rows
-                   if " (" not in r["family"] and r["model"] == policy and r.get("learner", r["model"]) == policy
-                   and r.get("epochs", 1) == defaults.epochs and r["test"] == defaults.test and r["k"] == defaults.k]
+    train = defaults.train if train is None else train
+    at_defaults = [r | {"family": family} for r in rows
+                   if (family := family_at(r, train)) and r["model"] == policy
+                   and r.get("learner", r["model"]) == policy and r.get("epochs", 1) == defaults.epochs
+                   and r["test"] == defaults.test and r["k"] == defaults.k]
     if not at_defaults:
         return None
     latest: dict[str, dict] = {}
@@ -589,7 +599,8 @@ def across_families(rows: list[dict], policy: str = "0.5B") -> dict | None:
     every_met = [r for r in at_defaults if met(r)]
     every_beyond = [r for r in every_met if not no_gain_beyond_constant(r)]
     others = [r for r in runs if r["family"] not in answered_alike]
-    return {"policy": policy, "families": len(runs), "both": sorted(r["family"] for r in both),
+    return {"policy": policy, "train": None if train == defaults.train else train, "families": len(runs),
+            "both": sorted(r["family"] for r in both),
             "constant_families": answered_alike,
             "mean_diff_without_constant": over("diff", others) if answered_alike else None,
             "majority_diff_without_constant": over("majority_diff", others) if answered_alike else None,
@@ -603,6 +614,32 @@ def across_families(rows: list[dict], policy: str = "0.5B") -> dict | None:
                      "beyond": sorted({r["family"] for r in every_beyond})}}
 
 
+def family_at(r: dict, train: int) -> str | None:
+    """A row's family where it ran the method's settings but, perhaps, the training-set size, and that size was
+    `train` ("aiw (--train 48)" is aiw at 48), else None."""
+    family, _, changed = r["family"].partition(" (")
+    return family if train_of(r) == train and (not changed or re.fullmatch(r"--train \d+\)", changed)) else None
+
+
+def train_of(r: dict) -> int:
+    """A row's training-set size; rows archived before it was recorded say it in their label, or ran 16, the only
+    default it had then."""
+    said = re.search(r"\(--train (\d+)\)$", r["family"])
+    return r.get("train", int(said[1]) if said else 16)
+
+
+def across_trains(rows: list[dict]) -> list[int | None]:
+    """The default (None) and each other training-set size that some rows ran with the method's other defaults."""
+    sizes = sorted({train_of(r) for r in rows} - {arguments().parse_args([]).train})
+    return [None] + [t for t in sizes if any(family_at(r, t) for r in rows)]
+
+
+def across_lines(rows: list[dict]) -> dict[int | None, str]:
+    """The across-families lines: at the defaults (key None), then at each other training-set size run."""
+    summaries = {t: across_families(rows, train=t) for t in across_trains(rows)}
+    return {t: across_text(s).strip() for t, s in summaries.items() if s}
+
+
 def no_gain_beyond_constant(r: dict) -> bool:
     """Whether a run's gain may be its test split's most common answer alone: where recorded, no gain beyond noise
     on the problems that answer gets wrong; before that (2026-11-27), the most common answer given to every problem
@@ -614,7 +651,8 @@ def no_gain_beyond_constant(r: dict) -> bool:
 
 def across_text(summary: dict) -> str:
     low, high = summary["spread"]
-    return (f"Across {summary['families']} families, the latest {summary['policy']} row of each at the defaults: "
+    where = f"at the defaults but --train {summary['train']}" if summary.get("train") else "at the defaults"
+    return (f"Across {summary['families']} families, the latest {summary['policy']} row of each {where}: "
             f"{len(summary['both'])} meet both conditions{constant_caveat(summary)}, {len(summary['gain'])} gain beyond noise, "
             f"{len(summary['below'])} below no library, {len(summary['empty'])} kept no item; gains {low:+.3f} to "
             f"{high:+.3f}, their mean {summary['mean_diff']}"
@@ -628,7 +666,8 @@ def across_text(summary: dict) -> str:
 
 def every_run_text(summary: dict) -> str:
     every, best = summary["every_run"], summary["best"]
-    return (f". Every row at the defaults, reruns included: {every['both']} of {every['runs']} met both conditions, "
+    where = f"at --train {summary['train']}" if summary.get("train") else "at the defaults"
+    return (f". Every row {where}, reruns included: {every['both']} of {every['runs']} met both conditions, "
             f"{every['beyond']} beyond the most common answer; by each family's best row, {len(best['both'])} of "
             f"{summary['families']} families met both, {len(best['beyond'])} beyond the most common answer")
 
@@ -781,9 +820,8 @@ def main() -> None:
     if args.report:
         rows = [r for path in args.report for r in report_rows(json.loads(path.read_text(encoding="utf-8")))]
         print(markdown(rows), end="")
-        summary = across_families(rows)
-        if summary:
-            print("\n" + across_text(summary), end="")
+        for line in across_lines(rows).values():
+            print("\n" + line)
         if args.plot:
             forest(rows, args.plot)
         return

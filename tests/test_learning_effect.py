@@ -127,8 +127,54 @@ def test_across_families_also_counts_every_run_at_the_defaults_and_each_familys_
 
 
 def test_the_readme_states_what_the_archive_says_across_families(bench):
-    summary = bench.across_families(json.loads(ARCHIVE.read_text(encoding="utf-8")))
-    assert bench.across_text(summary).strip() in (ROOT / "README.md").read_text(encoding="utf-8")
+    lines = bench.across_lines(json.loads(ARCHIVE.read_text(encoding="utf-8")))
+    assert None in lines and all(line in (ROOT / "README.md").read_text(encoding="utf-8") for line in lines.values())
+
+
+def test_runs_at_another_training_set_size_are_counted_apart_on_a_line_of_their_own(bench, tmp_path):
+    met, missed = ((0.2, 0.1, 0.3), (0.2, 0.1, 0.3)), ((0.1, 0.02, 0.2), (0.1, -0.05, 0.25))
+
+    def run(family, diffs, train=16, **more):  # a whole row, as the table prints it
+        return json.loads(ARCHIVE.read_text(encoding="utf-8"))[0] | {
+            "family": family, "model": "0.5B", "learner": "0.5B", "diff": diffs[0], "majority_diff": diffs[1],
+            "items": 3, "epochs": 2, "train": train, "test": 24, "k": 4, "constant": None,
+            "diff_where_constant_wrong": None} | more
+
+    rows = [run("a (--train 48)", met, 48), run("b (--train 48)", missed, 48), run("b (--train 48)", met, 48),
+            run("c (--refuse-copied-examples --train 48)", met, 48),  # another setting too: counted nowhere
+            run("c (--train 48 --val 8)", met, 48),
+            run("a", missed), run("b", missed), run("c", met)]
+    at_48 = bench.across_families(rows, train=48)
+    assert (at_48["families"], at_48["both"], at_48["gain"]) == (2, ["a"], ["a", "b"])
+    assert at_48["every_run"] == {"runs": 3, "both": 2, "beyond": 2} and at_48["best"]["both"] == ["a", "b"]
+    at_16 = bench.across_families(rows)
+    assert (at_16["families"], at_16["both"]) == (3, ["c"]) and at_16["every_run"]["runs"] == 3
+    # a row archived before the size was recorded ran the default, or what its label says
+    unrecorded = [{k: v for k, v in r.items() if k != "train"} for r in rows]
+    assert bench.across_families(unrecorded, train=48) == at_48 and bench.across_families(unrecorded) == at_16
+    lines = bench.across_lines(rows)
+    assert list(lines) == [None, 48]
+    assert lines[None].startswith("Across 3 families, the latest 0.5B row of each at the defaults: 1 meet both")
+    assert lines[48].startswith("Across 2 families, the latest 0.5B row of each at the defaults but --train 48: "
+                                "1 meet both")
+    assert "Every row at --train 48, reruns included: 2 of 3 met both" in lines[48]
+
+    # archiving the first run at a new size puts its line under the defaults' line, indented alike; the next
+    # rewrites it in place
+    archive, readme = tmp_path / "learning_effect.json", tmp_path / "README.md"
+    at_defaults = rows[4:]
+    archive.write_text(json.dumps(at_defaults), encoding="utf-8")
+    table = bench.TABLE_MARK + "\n" + bench.markdown([]) + "\n"
+    readme.write_text(f"# runs\n{table}\n  - across:\n    {bench.across_lines(at_defaults)[None]}\n  - next\n",
+                      encoding="utf-8")
+    bench.archive([run("b (--train 48)", met, 48, seed=1)], None, archive, readme)
+    now = bench.across_lines(json.loads(archive.read_text(encoding="utf-8")))
+    assert readme.read_text(encoding="utf-8").endswith(f"  - across:\n    {now[None]}\n    {now[48]}\n  - next\n")
+    assert now[None] == bench.across_lines(at_defaults)[None] and "1 meet both" in now[48]
+    bench.archive([run("a (--train 48)", missed, 48, seed=2)], None, archive, readme)
+    later = bench.across_lines(json.loads(archive.read_text(encoding="utf-8")))
+    assert "Across 2 families" in later[48] and later[48] != now[48]
+    assert readme.read_text(encoding="utf-8").endswith(f"  - across:\n    {later[None]}\n    {later[48]}\n  - next\n")
 
 
 def test_archiving_a_run_puts_it_first_in_the_archive_and_the_readmes_table_and_recounts_the_families(bench, tmp_path):
@@ -147,7 +193,7 @@ def test_archiving_a_run_puts_it_first_in_the_archive_and_the_readmes_table_and_
     assert table[:2] + table[3:] == readme_table()
     assert bench.across_families(rows)["families"] == before["families"] + 1
     text = readme.read_text(encoding="utf-8")
-    assert after in text and bench.across_text(before).strip() not in text
+    assert all(line in text for line in after.splitlines()) and bench.across_text(before).strip() not in text
     # the same run again is refused, whatever its note; so is a README that no longer states the archive's count;
     # neither writes anything
     with pytest.raises(bench.ConfigError, match="already archived: a_new_family"):
@@ -346,6 +392,9 @@ def test_a_run_off_the_methods_defaults_names_them_and_stays_out_of_the_count(be
     summary = bench.across_families([arm_b, {**plain, "diff": (0.0, 0.0, 0.0), "items": 0}])
     assert summary["families"] == 1 and summary["empty"] == ["color_cube_rotation"]
     assert bench.across_families([arm_b]) is None
+    larger = bench.row({**comparison, "settings": {**at_defaults, "train": "48"}})
+    assert (plain["train"], larger["train"], larger["family"]) == (16, 48, "color_cube_rotation (--train 48)")
+    assert bench.across_families([larger, arm_b], train=48)["families"] == 1 and bench.across_families([larger]) is None
 
 
 def test_the_unpruned_library_is_tested_only_when_asked_and_only_where_pruning_dropped_items(bench, tmp_path):
