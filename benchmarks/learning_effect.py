@@ -528,7 +528,7 @@ def archive(runs: list[dict], note: str | None, archive_path: Path = ARCHIVE, re
         raise ConfigError(f"{readme} does not hold the archive's table ({TABLE_MARK}) and across-families line; "
                           "fix it before archiving")
     note = note and " ".join(note.replace("|", "/").split())  # one table cell
-    added = [r | {"model": model_size(r["model"]), "learner": model_size(r["learner"])}
+    added = [r | {"train": train_of(r), "model": model_size(r["model"]), "learner": model_size(r["learner"])}
              | ({"note": note} if note else {}) for r in runs]
     unnoted = lambda r: {k: v for k, v in r.items() if k != "note"}  # noqa: E731
     if again := [r["family"] for r in added if unnoted(r) in map(unnoted, rows)]:

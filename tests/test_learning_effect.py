@@ -171,7 +171,9 @@ def test_runs_at_another_training_set_size_are_counted_apart_on_a_line_of_their_
     now = bench.across_lines(json.loads(archive.read_text(encoding="utf-8")))
     assert readme.read_text(encoding="utf-8").endswith(f"  - across:\n    {now[None]}\n    {now[48]}\n  - next\n")
     assert now[None] == bench.across_lines(at_defaults)[None] and "1 meet both" in now[48]
-    bench.archive([run("a (--train 48)", missed, 48, seed=2)], None, archive, readme)
+    unrecorded = {k: v for k, v in run("a (--train 48)", missed, seed=2).items() if k != "train"}
+    bench.archive([unrecorded], None, archive, readme)  # a results.json from before the size was recorded
+    assert json.loads(archive.read_text(encoding="utf-8"))[0]["train"] == 48
     later = bench.across_lines(json.loads(archive.read_text(encoding="utf-8")))
     assert "Across 2 families" in later[48] and later[48] != now[48]
     assert readme.read_text(encoding="utf-8").endswith(f"  - across:\n    {later[None]}\n    {later[48]}\n  - next\n")
@@ -183,7 +185,8 @@ def test_archiving_a_run_puts_it_first_in_the_archive_and_the_readmes_table_and_
     readme.write_text((ROOT / "README.md").read_text(encoding="utf-8"), encoding="utf-8")
     before = bench.across_families(json.loads(archive.read_text(encoding="utf-8")))
     run = json.loads(ARCHIVE.read_text(encoding="utf-8"))[0] | {
-        "family": "a_new_family", "seed": "99", "model": "qwen2.5-coder-0.5b-instruct-q4", "learner": "0.5B"}
+        "family": "a_new_family", "seed": "99", "model": "qwen2.5-coder-0.5b-instruct-q4", "learner": "0.5B",
+        "train": 16}
     after = bench.archive([run], "shared with | a pip\ninstall", archive, readme)
 
     rows = json.loads(archive.read_text(encoding="utf-8"))
@@ -246,6 +249,7 @@ def test_the_plot_draws_every_run_once_and_stars_the_runs_of_an_earlier_rule_or_
     assert (tmp_path / "effect.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert len(labels) == len(rows)
     assert [label for label in labels if label.endswith(" *")] == [
+        "products 70, 0.5B, 2 epochs, no library 0.81 *",
         "decimal_arithmetic 68, 0.5B, 2 epochs, no library 0.06 *",
         "letter_counting 68, 0.5B, 2 epochs, no library 0.18 *", "spell_backward 67, 0.5B, 2 epochs, no library 0.19 *",
         "aiw 66, 0.5B, 2 epochs, no library 0.09 *", "spell_backward 66, 0.5B, 2 epochs, no library 0.21 *",  # --train 48
