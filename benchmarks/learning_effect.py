@@ -469,8 +469,8 @@ def forest(rows: list[dict], path: Path) -> list[str]:
     """Every run on one line, as a PNG: the library against no library (paired Mean@k difference), and against the
     no-library majority vote at the same k both the library's single-sample accuracy and its own vote, each with
     its 95% interval. Green: the interval lies above 0; red: below; grey: it holds 0. Each line's label gives the
-    no-library Mean@k, the difficulty the run met, and the epochs where not 1 (rows archived before the field was
-    recorded ran 1). Returns the labels, top to bottom."""
+    no-library Mean@k, the difficulty the run met, the epochs where not 1 (rows archived before the field was
+    recorded ran 1) and the training problems where not 16. Returns the labels, top to bottom."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -479,6 +479,7 @@ def forest(rows: list[dict], path: Path) -> list[str]:
     labels = [f"{r['family'].split(' (')[0]} {r['seed']}, {r['model']}"
               + (f" (learner {r['learner']})" if r.get("learner", r["model"]) != r["model"] else "")
               + (f", {epochs_text(r)}" if epochs_text(r) else "")
+              + (f", {train_of(r)} problems" if train_of(r) != 16 else "")
               + f", no library {r['none_mean']:.2f}"
               + (" *" if " (" in r["family"] else "") for r in rows]
     fig, panels = plt.subplots(1, 3, sharey=True, figsize=(14, 1.2 + 0.32 * len(rows)))

@@ -249,10 +249,12 @@ def test_the_plot_draws_every_run_once_and_stars_the_runs_of_an_earlier_rule_or_
     assert (tmp_path / "effect.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert len(labels) == len(rows)
     assert [label for label in labels if label.endswith(" *")] == [
-        "products 70, 0.5B, 2 epochs, no library 0.81 *",
-        "decimal_arithmetic 68, 0.5B, 2 epochs, no library 0.06 *",
-        "letter_counting 68, 0.5B, 2 epochs, no library 0.18 *", "spell_backward 67, 0.5B, 2 epochs, no library 0.19 *",
-        "aiw 66, 0.5B, 2 epochs, no library 0.09 *", "spell_backward 66, 0.5B, 2 epochs, no library 0.21 *",  # --train 48
+        "products 70, 0.5B, 2 epochs, 48 problems, no library 0.81 *",
+        "decimal_arithmetic 68, 0.5B, 2 epochs, 48 problems, no library 0.06 *",
+        "letter_counting 68, 0.5B, 2 epochs, 48 problems, no library 0.18 *",
+        "spell_backward 67, 0.5B, 2 epochs, 48 problems, no library 0.19 *",
+        "aiw 66, 0.5B, 2 epochs, 48 problems, no library 0.09 *",
+        "spell_backward 66, 0.5B, 2 epochs, 48 problems, no library 0.21 *",
         "products 46, 0.5B, 2 epochs, no library 0.34 *",  # --refuse-answer-in-problem
         "number_sequence 45, 0.5B, 2 epochs, no library 0.10 *", "spell_backward 62, 0.5B, 2 epochs, no library 0.21 *",
         "color_cube_rotation 53, 0.5B, 2 epochs, no library 0.03 *",  # --refuse-copied-examples
