@@ -542,9 +542,13 @@ def archive(runs: list[dict], note: str | None, archive_path: Path = ARCHIVE, re
     after = across_lines(rows)
     previous = None
     for train, line in after.items():  # a training-set size run for the first time: a line under the one before
-        text = (text.replace(stated[train], line) if train in stated
-                else re.sub(rf"^( *)({re.escape(after[previous])})$", lambda m: f"{m[0]}\n{m[1]}{line}", text,
-                            count=1, flags=re.M))
+        if train in stated:
+            text = text.replace(stated[train], line)
+        else:
+            at = text.index(after[previous])
+            end = text.find("\n", at) if "\n" in text[at:] else len(text)
+            indent = re.match(r"[ \t]*", text[text.rfind("\n", 0, at) + 1:at])[0]
+            text = text[:end] + "\n" + indent + line + text[end:]
         previous = train
     archive_path.write_text(json.dumps(rows, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
     readme.write_text(text, encoding="utf-8")
@@ -625,19 +629,14 @@ def family_at(r: dict, train: int) -> str | None:
 def train_of(r: dict) -> int:
     """A row's training-set size; rows archived before it was recorded say it in their label, or ran 16, the only
     default it had then."""
-    said = re.search(r"\(--train (\d+)\)$", r["family"])
+    said = re.search(r"[( ]--train (\d+)[ )]", r["family"])
     return r.get("train", int(said[1]) if said else 16)
-
-
-def across_trains(rows: list[dict]) -> list[int | None]:
-    """The default (None) and each other training-set size that some rows ran with the method's other defaults."""
-    sizes = sorted({train_of(r) for r in rows} - {arguments().parse_args([]).train})
-    return [None] + [t for t in sizes if any(family_at(r, t) for r in rows)]
 
 
 def across_lines(rows: list[dict]) -> dict[int | None, str]:
     """The across-families lines: at the defaults (key None), then at each other training-set size run."""
-    summaries = {t: across_families(rows, train=t) for t in across_trains(rows)}
+    sizes = sorted({train_of(r) for r in rows} - {arguments().parse_args([]).train})
+    summaries = {t: across_families(rows, train=t) for t in [None, *sizes]}
     return {t: across_text(s).strip() for t, s in summaries.items() if s}
 
 

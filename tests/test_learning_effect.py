@@ -151,6 +151,7 @@ def test_runs_at_another_training_set_size_are_counted_apart_on_a_line_of_their_
     assert (at_16["families"], at_16["both"]) == (3, ["c"]) and at_16["every_run"]["runs"] == 3
     # a row archived before the size was recorded ran the default, or what its label says
     unrecorded = [{k: v for k, v in r.items() if k != "train"} for r in rows]
+    assert [bench.train_of(r) for r in unrecorded] == [48, 48, 48, 48, 48, 16, 16, 16]  # whatever else the label says
     assert bench.across_families(unrecorded, train=48) == at_48 and bench.across_families(unrecorded) == at_16
     lines = bench.across_lines(rows)
     assert list(lines) == [None, 48]
@@ -165,18 +166,18 @@ def test_runs_at_another_training_set_size_are_counted_apart_on_a_line_of_their_
     at_defaults = rows[4:]
     archive.write_text(json.dumps(at_defaults), encoding="utf-8")
     table = bench.TABLE_MARK + "\n" + bench.markdown([]) + "\n"
-    readme.write_text(f"# runs\n{table}\n  - across:\n    {bench.across_lines(at_defaults)[None]}\n  - next\n",
-                      encoding="utf-8")
+    readme.write_text(f"# runs\n{table}\n  - across:\n  - {bench.across_lines(at_defaults)[None]}\n  - next\n",
+                      encoding="utf-8")  # the line as a bullet: the next goes under it, indented alike
     bench.archive([run("b (--train 48)", met, 48, seed=1)], None, archive, readme)
     now = bench.across_lines(json.loads(archive.read_text(encoding="utf-8")))
-    assert readme.read_text(encoding="utf-8").endswith(f"  - across:\n    {now[None]}\n    {now[48]}\n  - next\n")
+    assert readme.read_text(encoding="utf-8").endswith(f"  - across:\n  - {now[None]}\n  {now[48]}\n  - next\n")
     assert now[None] == bench.across_lines(at_defaults)[None] and "1 meet both" in now[48]
     unrecorded = {k: v for k, v in run("a (--train 48)", missed, seed=2).items() if k != "train"}
     bench.archive([unrecorded], None, archive, readme)  # a results.json from before the size was recorded
     assert json.loads(archive.read_text(encoding="utf-8"))[0]["train"] == 48
     later = bench.across_lines(json.loads(archive.read_text(encoding="utf-8")))
     assert "Across 2 families" in later[48] and later[48] != now[48]
-    assert readme.read_text(encoding="utf-8").endswith(f"  - across:\n    {later[None]}\n    {later[48]}\n  - next\n")
+    assert readme.read_text(encoding="utf-8").endswith(f"  - across:\n  - {later[None]}\n  {later[48]}\n  - next\n")
 
 
 def test_archiving_a_run_puts_it_first_in_the_archive_and_the_readmes_table_and_recounts_the_families(bench, tmp_path):
