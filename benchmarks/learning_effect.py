@@ -64,6 +64,9 @@ ARCHIVE = Path(__file__).resolve().parent / "results" / "learning_effect.json"
 README = Path(__file__).resolve().parents[1] / "README.md"
 TABLE_MARK = "<!-- learning-effect-table -->"
 AIMS = {"band": task_levels.AIM, "half": task_levels.FIRST_AIM}
+# the training-set size of every run before --train was varied (and the default still): rows that did not record
+# their size ran it, unless their label names another
+FIRST_TRAIN = 16
 
 
 def split_files(folder: Path) -> list[Path]:
@@ -407,7 +410,7 @@ def row(c: dict) -> dict:
     interval = lambda e: (e["value"], e["low"], e["high"])  # noqa: E731
     changed = changed_settings(c["settings"])
     return {"family": c["family"] + (f" ({changed})" if changed else ""), "seed": c["settings"]["seed"],
-            "epochs": int(c["settings"].get("epochs", 1)), "train": int(c["settings"].get("train", 16)),
+            "epochs": int(c["settings"].get("epochs", 1)), "train": int(c["settings"].get("train", FIRST_TRAIN)),
             "level": level_text(c), "model": c["model"],
             "learner": c.get("learner", c["model"]), "test": c["problems"],
             "k": c["samples"],
@@ -479,7 +482,7 @@ def forest(rows: list[dict], path: Path) -> list[str]:
     labels = [f"{r['family'].split(' (')[0]} {r['seed']}, {r['model']}"
               + (f" (learner {r['learner']})" if r.get("learner", r["model"]) != r["model"] else "")
               + (f", {epochs_text(r)}" if epochs_text(r) else "")
-              + (f", {train_of(r)} problems" if train_of(r) != 16 else "")
+              + (f", {train_of(r)} problems" if train_of(r) != FIRST_TRAIN else "")
               + f", no library {r['none_mean']:.2f}"
               + (" *" if " (" in r["family"] else "") for r in rows]
     fig, panels = plt.subplots(1, 3, sharey=True, figsize=(14, 1.2 + 0.32 * len(rows)))
@@ -627,10 +630,9 @@ def family_at(r: dict, train: int) -> str | None:
 
 
 def train_of(r: dict) -> int:
-    """A row's training-set size; rows archived before it was recorded say it in their label, or ran 16, the only
-    default it had then."""
+    """A row's training-set size; rows archived before it was recorded say it in their label, or ran FIRST_TRAIN."""
     said = re.search(r"[( ]--train (\d+)[ )]", r["family"])
-    return r.get("train", int(said[1]) if said else 16)
+    return r.get("train", int(said[1]) if said else FIRST_TRAIN)
 
 
 def across_lines(rows: list[dict]) -> dict[int | None, str]:
@@ -728,7 +730,7 @@ def level_arg(text: str) -> str:
 def arguments() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--families", default=DEFAULT_FAMILIES, help="reasoning-gym task names, or `quickstart`")
-    parser.add_argument("--train", type=int, default=16)
+    parser.add_argument("--train", type=int, default=FIRST_TRAIN)
     parser.add_argument("--val", type=int, default=6)
     parser.add_argument("--test", type=int, default=24)
     parser.add_argument("-k", type=int, default=4, help="samples per test problem")
