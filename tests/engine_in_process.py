@@ -3,12 +3,15 @@ a child pytest, so a crash in native code (a segfault in llama.cpp) fails one te
 
 import asyncio
 import json
+import os
+import subprocess
+import sys
 import threading
 
 import jsonschema
 import pytest
 
-from gym_tf.backends.embedded import EmbeddedBackend
+from gym_tf.backends.embedded import EmbeddedBackend, cache_dir
 from gym_tf.config import OptimizeConfig, RolloutConfig
 from gym_tf.library import ops_schema
 from gym_tf.optimize import Optimizer
@@ -86,6 +89,19 @@ async def test_concurrent_requests_share_the_slots_each_answered_on_its_own_prom
         assert generation.prompt_tokens == one.prompt_tokens * len(generation.choices)
     assert peak[0] >= 2  # requests decoded side by side, not one at a time
     assert backend._slots.free == 4
+
+
+async def test_a_running_engine_is_seen_by_other_processes_until_it_closes(embedded_model_path):
+    """What lets a second `gym-tf optimize` on the machine warn that two engines on the same cores thrash."""
+    backend = EmbeddedBackend(embedded_model_path, n_ctx=256, slots=1)
+    seen = subprocess.run([sys.executable, "-c", "from gym_tf.backends import core_claims, embedded; "
+                           "print(core_claims.engines_elsewhere(embedded.cache_dir()))"],
+                          capture_output=True, text=True, check=True)
+    claim = backend._claim.path
+    assert claim.parent == cache_dir() / "engines" and claim.exists()
+    assert str(os.getpid()) in seen.stdout.strip("[]\n").split(", ")
+    await backend.aclose()
+    assert not claim.exists()
 
 
 async def test_embedded_backend_follows_the_ops_schema(embedded):

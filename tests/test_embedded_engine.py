@@ -11,7 +11,7 @@ import time
 import pytest
 import xllamacpp
 
-from gym_tf.backends import embedded
+from gym_tf.backends import core_claims, embedded
 from gym_tf.errors import BackendRequestFailed, ModelNotFound
 
 
@@ -115,3 +115,34 @@ def test_a_request_the_engine_has_no_slots_for_is_refused(size):
     with pytest.raises(ValueError, match="slots"):
         with embedded.Slots(4).hold(size):
             pass
+
+
+def test_an_engine_starting_beside_another_process_s_engine_warns_and_leaves_its_own_claim(tmp_path, caplog):
+    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        (tmp_path / "engines").mkdir()
+        (tmp_path / "engines" / f"{other.pid}-a1b2c3d4.engine").write_text("2\n")
+        with caplog.at_level("WARNING", logger="gym_tf.backends.core_claims"):
+            claim = core_claims.CoreClaim(tmp_path, threads=2)
+        assert f"pid {other.pid}" in caplog.text and "slow each other" in caplog.text
+        assert claim.path.read_text() == "2\n" and claim.path.name.startswith(f"{os.getpid()}-")
+        # our own claim is not another process's; a second engine here counts the other process once
+        assert core_claims.engines_elsewhere(tmp_path) == [other.pid]
+        claim.release()
+        assert not claim.path.exists()
+    finally:
+        other.kill()
+        other.wait()
+
+
+def test_the_claim_of_a_process_that_has_gone_is_removed_and_warns_nobody(tmp_path, caplog):
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    stale = tmp_path / "engines" / f"{gone.pid}-0f0f0f0f.engine"
+    stale.parent.mkdir()
+    stale.write_text("2\n")
+    with caplog.at_level("WARNING", logger="gym_tf.backends.core_claims"):
+        claim = core_claims.CoreClaim(tmp_path, threads=2)
+    assert caplog.text == "" and not stale.exists()
+    assert list((tmp_path / "engines").iterdir()) == [claim.path]
+    claim.release()

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from gym_tf.backends.base import Choice, Generation, Messages, Sampling
+from gym_tf.backends.core_claims import CoreClaim
 from gym_tf.errors import BackendRequestFailed, ModelNotFound
 
 DEFAULT_MODEL_NAME = "qwen2.5-coder-0.5b-instruct-q4"
@@ -232,7 +233,13 @@ class EmbeddedBackend:
         self.model = DEFAULT_MODEL_NAME if model_file is None else path.stem
         self.path = path
         self.slots = slots
-        self.server = xllamacpp.Server(server_params(path, n_ctx, threads, slots=slots))
+        params = server_params(path, n_ctx, threads, slots=slots)
+        self._claim = CoreClaim(cache_dir(), params.cpuparams.n_threads)  # warns if another process runs one
+        try:
+            self.server = xllamacpp.Server(params)
+        except BaseException:
+            self._claim.release()
+            raise
         self._slots = Slots(slots)
 
     def describe(self) -> str:
@@ -290,3 +297,4 @@ class EmbeddedBackend:
 
     async def aclose(self) -> None:
         self.server = None
+        self._claim.release()
