@@ -436,6 +436,7 @@ def row(c: dict) -> dict:
             "extra_prompt_tokens": c["extra_prompt_tokens_per_call"][learned["name"]], "prune": c.get("prune"),
             # the extra test arms against the learned one (recorded since 2026-11-28)
             "against_learned": c.get("against_learned") or None,
+            "arm_items": {a["name"]: a["library_items"] for a in c["arms"][2:]} or None,
             "learning_tokens": learned["tokens"]["learning"], "wall_min": c["wall_s"] / 60, "cpu": c.get("cpu")}
 
 
@@ -504,6 +505,22 @@ def forest(rows: list[dict], path: Path) -> list[str]:
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return labels
+
+
+def against_arms_lines(rows: list[dict]) -> list[str]:
+    """Each run's library against its extra test arms (the cut to its first N training problems, the unpruned
+    library), the library minus the arm: what the archive keeps as the arm minus the library, turned round, so a
+    positive figure is the library's. An arm that held no item is the empty library sampled a second time, not a
+    variant of the library, and is left out."""
+    ci = lambda d: f"{-d['value']:+.3f} [{-d['high']:+.3f}, {-d['low']:+.3f}]"  # noqa: E731
+    lines = []
+    for r in rows:
+        for arm, against in (r.get("against_learned") or {}).items():
+            if (r.get("arm_items") or {}).get(arm) == 0:
+                continue
+            lines.append(f"{r['family']} {r['seed']}: the library against `{arm}`: {ci(against['mean'])}, "
+                         f"vote {ci(against['majority'])}")
+    return lines
 
 
 def markdown(rows: list[dict]) -> str:
@@ -824,6 +841,9 @@ def main() -> None:
         print(markdown(rows), end="")
         for line in across_lines(rows).values():
             print("\n" + line)
+        if against := against_arms_lines(rows):
+            print("\nThe library minus its other test arms, same problems and seeds (positive: the library's):")
+            print("\n".join(f"- {line}" for line in against))
         if args.plot:
             forest(rows, args.plot)
         return

@@ -250,6 +250,7 @@ def test_the_plot_draws_every_run_once_and_stars_the_runs_of_an_earlier_rule_or_
     assert (tmp_path / "effect.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert len(labels) == len(rows)
     assert [label for label in labels if label.endswith(" *")] == [
+        "products 72, 0.5B, 2 epochs, 48 problems, no library 0.44 *",
         "decimal_chain_sum 70, 0.5B, 2 epochs, 48 problems, no library 0.25 *",
         "products 70, 0.5B, 2 epochs, 48 problems, no library 0.81 *",
         "decimal_arithmetic 68, 0.5B, 2 epochs, 48 problems, no library 0.06 *",
@@ -501,6 +502,28 @@ def test_each_extra_arm_is_set_against_the_learned_one_and_keeps_its_row_at_the_
     with_arms = bench.settings(bench.arguments().parse_args(["--test-examples", "4", "--test-unpruned"]))
     assert bench.changed_settings(with_arms) == ""
     assert bench.changed_settings({**with_arms, "examples": "4"}) == "--examples 4"
+
+
+def test_the_report_sets_the_library_against_each_extra_arm_in_the_librarys_favour(bench):
+    """The archive keeps each extra arm minus the library; the report turns it round (a positive figure is the
+    library's), and leaves out an arm that held no item (the empty library sampled twice)."""
+    from types import SimpleNamespace
+
+    report = lambda means, votes: SimpleNamespace(per_problem_mean=lambda: means,  # noqa: E731
+                                                  per_problem_majority=lambda: votes)
+    arms = [SimpleNamespace(name="none", report=report([0.0, 0.0], [0.0, 0.0])),
+            SimpleNamespace(name="learned", report=report([0.5, 0.25], [1.0, 0.0])),
+            SimpleNamespace(name="learned, first 16 problems", report=report([0.25, 0.25], [0.0, 0.0]))]
+    kept = bench.against_learned(SimpleNamespace(arms=arms, seed=3))["learned, first 16 problems"]
+    row = {"family": "aiw (--train 48)", "seed": "66", "against_learned": {"learned, first 16 problems": kept},
+           "arm_items": {"learned, first 16 problems": 4}}
+    empty = {**row, "seed": "67", "arm_items": {"learned, first 16 problems": 0}}
+    older = {key: value for key, value in row.items() if key != "arm_items"}  # archived before the count
+    lines = bench.against_arms_lines([row, empty, older, {"family": "gcd", "seed": "1", "against_learned": None}])
+    assert len(lines) == 2 and lines[0] == lines[1]
+    assert lines[0] == ("aiw (--train 48) 66: the library against `learned, first 16 problems`: "
+                        f"+0.125 [{-kept['mean']['high']:+.3f}, {-kept['mean']['low']:+.3f}], "
+                        f"vote +0.500 [{-kept['majority']['high']:+.3f}, {-kept['majority']['low']:+.3f}]")
 
 
 class CrashingBackend:
