@@ -146,3 +146,10 @@ def test_the_claim_of_a_process_that_has_gone_is_removed_and_warns_nobody(tmp_pa
     assert caplog.text == "" and not stale.exists()
     assert list((tmp_path / "engines").iterdir()) == [claim.path]
     claim.release()
+
+
+def test_a_cache_the_engine_cannot_write_to_costs_only_the_claim(tmp_path):
+    (tmp_path / "engines").write_text("a file where the claims' folder should be")
+    claim = core_claims.CoreClaim(tmp_path, threads=2)  # no error: the engine would still start
+    assert not claim.path.exists()
+    claim.release()

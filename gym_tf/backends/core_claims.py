@@ -10,6 +10,7 @@ another process holds one warns. Claims of processes that have gone (killed, cra
 from __future__ import annotations
 
 import atexit
+import contextlib
 import logging
 import os
 import uuid
@@ -45,7 +46,8 @@ def engines_elsewhere(cache: Path) -> list[int]:
         if _alive(int(pid_text)):
             pids.add(int(pid_text))
         else:
-            claim.unlink(missing_ok=True)
+            with contextlib.suppress(OSError):  # another user's, or a read-only cache: left for its owner
+                claim.unlink(missing_ok=True)
     return sorted(pids)
 
 
@@ -61,9 +63,14 @@ class CoreClaim:
                 "finish first, or point both at one model server with --base-url",
                 ", ".join(map(str, others)))
         self.path = _folder(cache) / f"{os.getpid()}-{uuid.uuid4().hex[:8]}{SUFFIX}"
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self.path.write_text(f"{threads}\n")
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self.path.write_text(f"{threads}\n")
+        except OSError as error:  # a read-only cache: the engine runs, only the next one is not told
+            logger.info("no engine claim written to %s: %s", self.path.parent, error)
+            return
         atexit.register(self.release)
 
     def release(self) -> None:
-        self.path.unlink(missing_ok=True)
+        with contextlib.suppress(OSError):
+            self.path.unlink(missing_ok=True)
