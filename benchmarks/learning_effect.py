@@ -512,7 +512,8 @@ def against_arms_lines(rows: list[dict]) -> list[str]:
     library), the library minus the arm: what the archive keeps as the arm minus the library, turned round, so a
     positive figure is the library's. An arm that held no item is the empty library sampled a second time, not a
     variant of the library, and is left out."""
-    ci = lambda d: f"{-d['value']:+.3f} [{-d['high']:+.3f}, {-d['low']:+.3f}]"  # noqa: E731
+    turned = lambda x: -x + 0.0  # noqa: E731  (a bound of exactly 0 prints +0.000, not -0.000)
+    ci = lambda d: f"{turned(d['value']):+.3f} [{turned(d['high']):+.3f}, {turned(d['low']):+.3f}]"  # noqa: E731
     lines = []
     for r in rows:
         for arm, against in (r.get("against_learned") or {}).items():

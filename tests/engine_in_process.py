@@ -1,6 +1,7 @@
 """The embedded engine in this process. Not collected by the main run: tests/test_real_engines.py runs this module in
 a child pytest, so a crash in native code (a segfault in llama.cpp) fails one test instead of killing the run."""
 
+import ast
 import asyncio
 import json
 import os
@@ -91,17 +92,22 @@ async def test_concurrent_requests_share_the_slots_each_answered_on_its_own_prom
     assert backend._slots.free == 4
 
 
-async def test_a_running_engine_is_seen_by_other_processes_until_it_closes(embedded_model_path):
+async def test_a_running_engine_is_seen_by_other_processes_until_it_closes(embedded, embedded_model_path):
     """What lets a second `gym-tf optimize` on the machine warn that two engines on the same cores thrash."""
-    backend = EmbeddedBackend(embedded_model_path, n_ctx=256, slots=1)
-    seen = subprocess.run([sys.executable, "-c", "from gym_tf.backends import core_claims, embedded; "
-                           "print(core_claims.engines_elsewhere(embedded.cache_dir()))"],
-                          capture_output=True, text=True, check=True)
+    def threads_seen_elsewhere() -> int:
+        seen = subprocess.run([sys.executable, "-c", "from gym_tf.backends import core_claims, embedded; "
+                               "print(core_claims.engines_elsewhere(embedded.cache_dir()))"],
+                              capture_output=True, text=True, check=True)
+        return ast.literal_eval(seen.stdout).get(os.getpid(), 0)
+
+    cores = os.cpu_count()
+    assert threads_seen_elsewhere() == cores  # the module's engine
+    backend = EmbeddedBackend(embedded_model_path, n_ctx=256, slots=1, threads=1)
     claim = backend._claim.path
-    assert claim.parent == cache_dir() / "engines" and claim.exists()
-    assert str(os.getpid()) in seen.stdout.strip("[]\n").split(", ")
+    assert claim.parent == cache_dir() / "engines" and claim.read_text() == "1\n"
+    assert threads_seen_elsewhere() == cores + 1
     await backend.aclose()
-    assert not claim.exists()
+    assert not claim.exists() and threads_seen_elsewhere() == cores
 
 
 async def test_embedded_backend_follows_the_ops_schema(embedded):

@@ -3,6 +3,7 @@
 import hashlib
 import json
 import os
+import socket
 import subprocess
 import sys
 import threading
@@ -117,19 +118,41 @@ def test_a_request_the_engine_has_no_slots_for_is_refused(size):
             pass
 
 
+def _claim_of(pid: int, cache, threads: int, host: str | None = None):
+    host = host or socket.gethostname()
+    (cache / "engines").mkdir(exist_ok=True)
+    (cache / "engines" / f"{pid}-{os.urandom(4).hex()}@{host}.engine").write_text(f"{threads}\n")
+
+
 def test_an_engine_starting_beside_another_process_s_engine_warns_and_leaves_its_own_claim(tmp_path, caplog):
     other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    cores = os.cpu_count()
     try:
-        (tmp_path / "engines").mkdir()
-        (tmp_path / "engines" / f"{other.pid}-a1b2c3d4.engine").write_text("2\n")
+        _claim_of(other.pid, tmp_path, threads=cores)
+        _claim_of(other.pid, tmp_path, threads=1)  # that process runs two engines
+        _claim_of(other.pid + 1, tmp_path, threads=cores, host="another-host")  # a shared cache: not this machine
         with caplog.at_level("WARNING", logger="gym_tf.backends.core_claims"):
-            claim = core_claims.CoreClaim(tmp_path, threads=2)
-        assert f"pid {other.pid}" in caplog.text and "slow each other" in caplog.text
-        assert claim.path.read_text() == "2\n" and claim.path.name.startswith(f"{os.getpid()}-")
-        # our own claim is not another process's; a second engine here counts the other process once
-        assert core_claims.engines_elsewhere(tmp_path) == [other.pid]
+            claim = core_claims.CoreClaim(tmp_path, threads=cores)
+        assert f"(pid {other.pid})" in caplog.text and f"claim {2 * cores + 1} threads on {cores} cores" in caplog.text
+        assert claim.path.read_text() == f"{cores}\n" and claim.path.name.startswith(f"{os.getpid()}-")
+        # our own claim is not another process's; the other process's two engines are counted together
+        assert core_claims.engines_elsewhere(tmp_path) == {other.pid: cores + 1}
+        assert [p.name for p in (tmp_path / "engines").iterdir() if p.name.endswith("@another-host.engine")]
         claim.release()
         assert not claim.path.exists()
+    finally:
+        other.kill()
+        other.wait()
+
+
+def test_engines_that_fit_the_cores_together_do_not_warn(tmp_path, caplog):
+    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        _claim_of(other.pid, tmp_path, threads=1)
+        with caplog.at_level("WARNING", logger="gym_tf.backends.core_claims"):
+            claim = core_claims.CoreClaim(tmp_path, threads=max(1, os.cpu_count() - 1))
+        assert caplog.text == "" and core_claims.engines_elsewhere(tmp_path) == {other.pid: 1}
+        claim.release()
     finally:
         other.kill()
         other.wait()
@@ -138,12 +161,10 @@ def test_an_engine_starting_beside_another_process_s_engine_warns_and_leaves_its
 def test_the_claim_of_a_process_that_has_gone_is_removed_and_warns_nobody(tmp_path, caplog):
     gone = subprocess.Popen([sys.executable, "-c", "pass"])
     gone.wait()
-    stale = tmp_path / "engines" / f"{gone.pid}-0f0f0f0f.engine"
-    stale.parent.mkdir()
-    stale.write_text("2\n")
+    _claim_of(gone.pid, tmp_path, threads=os.cpu_count())
     with caplog.at_level("WARNING", logger="gym_tf.backends.core_claims"):
-        claim = core_claims.CoreClaim(tmp_path, threads=2)
-    assert caplog.text == "" and not stale.exists()
+        claim = core_claims.CoreClaim(tmp_path, threads=os.cpu_count())
+    assert caplog.text == ""
     assert list((tmp_path / "engines").iterdir()) == [claim.path]
     claim.release()
 

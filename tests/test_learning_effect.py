@@ -376,6 +376,10 @@ def test_a_row_records_the_epochs_its_run_learned_for(bench):
     row = bench.row(comparison)
     assert (row["epochs"], row["items"], row["lessons"]) == (2, 1, 0)
     assert bench.row({**comparison, "settings": {"seed": "3"}})["epochs"] == 1
+    # an extra test arm's item count is kept beside its comparison (the report leaves out an arm that held none)
+    assert row["arm_items"] is None
+    cut = {**comparison, "arms": [*comparison["arms"], arm("learned, first 16 problems", 0)]}
+    assert bench.row(cut)["arm_items"] == {"learned, first 16 problems": 0}
 
 
 def test_a_run_off_the_methods_defaults_names_them_and_stays_out_of_the_count(bench):
@@ -521,9 +525,10 @@ def test_the_report_sets_the_library_against_each_extra_arm_in_the_librarys_favo
     older = {key: value for key, value in row.items() if key != "arm_items"}  # archived before the count
     lines = bench.against_arms_lines([row, empty, older, {"family": "gcd", "seed": "1", "against_learned": None}])
     assert len(lines) == 2 and lines[0] == lines[1]
+    # the arm's bounds -0.25 and 0 (of 2 problems, the library up 0.25 on one), turned round: 0 prints +0.000
+    assert (kept["mean"]["low"], kept["mean"]["high"]) == (-0.25, 0.0)
     assert lines[0] == ("aiw (--train 48) 66: the library against `learned, first 16 problems`: "
-                        f"+0.125 [{-kept['mean']['high']:+.3f}, {-kept['mean']['low']:+.3f}], "
-                        f"vote +0.500 [{-kept['majority']['high']:+.3f}, {-kept['majority']['low']:+.3f}]")
+                        "+0.125 [+0.000, +0.250], vote +0.500 [+0.000, +1.000]")
 
 
 class CrashingBackend:

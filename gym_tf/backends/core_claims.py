@@ -3,8 +3,10 @@
 llama.cpp's CPU threads busy-wait for each other at every step of a decode. Two engines that each take every core
 therefore do not share the CPU at half speed each: on a 2-core AMD EPYC (Zen 5), `gym-tf optimize` on the quickstart
 set beside a learning-effect benchmark decoded 12 rollouts in 12 minutes, where alone it finishes its 32 rollouts and
-its learning in 2 min 19 s. Each engine leaves a claim file in the cache while it runs; an engine that starts while
-another process holds one warns. Claims of processes that have gone (killed, crashed) are removed when seen.
+its learning in 2 min 19 s. Each engine leaves a claim file in the cache (its process, its host, its threads) while it
+runs; an engine whose threads and the others' add up to more than the machine's cores warns. Claims of this host's
+processes that have gone (killed, crashed) are removed when seen; another host's claims (a cache shared over NFS,
+or mounted into containers) are not this machine's business.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import atexit
 import contextlib
 import logging
 import os
+import socket
 import uuid
 from pathlib import Path
 
@@ -35,41 +38,51 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def engines_elsewhere(cache: Path) -> list[int]:
-    """The other live processes that hold an engine claim in `cache`, by pid; claims of dead processes are removed."""
-    folder = _folder(cache)
-    pids = set()
+def _threads(claim: Path) -> int:
+    try:
+        return int(claim.read_text().strip())
+    except (OSError, ValueError):  # being written, or not a claim: count it as one thread
+        return 1
+
+
+def engines_elsewhere(cache: Path) -> dict[int, int]:
+    """The other live processes on this host that hold engine claims in `cache`: pid -> the threads they claim.
+    A claim `<pid>-<id>@<host>.engine` of this host whose process is gone is removed."""
+    folder, host = _folder(cache), socket.gethostname()
+    found: dict[int, int] = {}
     for claim in folder.glob(f"*{SUFFIX}") if folder.is_dir() else []:
-        pid_text = claim.name.split("-", 1)[0]
-        if not pid_text.isdigit() or int(pid_text) == os.getpid():
+        who, _, claim_host = claim.name[:-len(SUFFIX)].rpartition("@")
+        pid_text = who.split("-", 1)[0]
+        if claim_host != host or not pid_text.isdigit() or int(pid_text) == os.getpid():
             continue
         if _alive(int(pid_text)):
-            pids.add(int(pid_text))
+            found[int(pid_text)] = found.get(int(pid_text), 0) + _threads(claim)
         else:
             with contextlib.suppress(OSError):  # another user's, or a read-only cache: left for its owner
                 claim.unlink(missing_ok=True)
-    return sorted(pids)
+    return found
 
 
 class CoreClaim:
-    """This process runs an engine on `threads` threads: warn if another process does too, and say so to the next."""
+    """This process runs an engine on `threads` threads: say so to the next, and warn if this one and the others
+    claim more threads than the machine has cores. The claim is written before the others are read, so of two
+    engines started at the same moment at least the later reader sees the other."""
 
     def __init__(self, cache: Path, threads: int):
-        others = engines_elsewhere(cache)
-        if others:
-            logger.warning(
-                "another process (pid %s) runs gym-tf's embedded engine on this machine; two engines on the same "
-                "cores slow each other several-fold (llama.cpp's threads wait for each other by spinning): let one "
-                "finish first, or point both at one model server with --base-url",
-                ", ".join(map(str, others)))
-        self.path = _folder(cache) / f"{os.getpid()}-{uuid.uuid4().hex[:8]}{SUFFIX}"
+        self.path = _folder(cache) / f"{os.getpid()}-{uuid.uuid4().hex[:8]}@{socket.gethostname()}{SUFFIX}"
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             self.path.write_text(f"{threads}\n")
+            atexit.register(self.release)
         except OSError as error:  # a read-only cache: the engine runs, only the next one is not told
             logger.info("no engine claim written to %s: %s", self.path.parent, error)
-            return
-        atexit.register(self.release)
+        others = engines_elsewhere(cache)
+        if others and threads + sum(others.values()) > (os.cpu_count() or 1):
+            logger.warning(
+                "another process (pid %s) runs gym-tf's embedded engine on this machine, and the two claim %d "
+                "threads on %d cores; engines sharing cores slow each other several-fold (llama.cpp's threads wait "
+                "for each other by spinning): let one finish first, or point both at one model server with "
+                "--base-url", ", ".join(map(str, sorted(others))), threads + sum(others.values()), os.cpu_count() or 1)
 
     def release(self) -> None:
         with contextlib.suppress(OSError):
