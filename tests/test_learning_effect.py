@@ -250,6 +250,7 @@ def test_the_plot_draws_every_run_once_and_stars_the_runs_of_an_earlier_rule_or_
     assert (tmp_path / "effect.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert len(labels) == len(rows)
     assert [label for label in labels if label.endswith(" *")] == [
+        "time_intervals 72, 0.5B, 2 epochs, 48 problems, no library 0.23 *",
         "products 72, 0.5B, 2 epochs, 48 problems, no library 0.44 *",
         "decimal_chain_sum 70, 0.5B, 2 epochs, 48 problems, no library 0.25 *",
         "products 70, 0.5B, 2 epochs, 48 problems, no library 0.81 *",
