@@ -77,12 +77,13 @@ class CoreClaim:
         except OSError as error:  # a read-only cache: the engine runs, only the next one is not told
             logger.info("no engine claim written to %s: %s", self.path.parent, error)
         others = engines_elsewhere(cache)
-        if others and threads + sum(others.values()) > (os.cpu_count() or 1):
+        claimed, cores = threads + sum(others.values()), os.cpu_count() or 1
+        if others and claimed > cores:
             logger.warning(
-                "another process (pid %s) runs gym-tf's embedded engine on this machine, and the two claim %d "
-                "threads on %d cores; engines sharing cores slow each other several-fold (llama.cpp's threads wait "
-                "for each other by spinning): let one finish first, or point both at one model server with "
-                "--base-url", ", ".join(map(str, sorted(others))), threads + sum(others.values()), os.cpu_count() or 1)
+                "gym-tf's embedded engine already runs on this machine (pid %s), and with this one the engines "
+                "claim %d threads on %d cores; engines sharing cores slow each other several-fold (llama.cpp's "
+                "threads wait for each other by spinning): let one finish first, or point both at one model server "
+                "with --base-url", ", ".join(map(str, sorted(others))), claimed, cores)
 
     def release(self) -> None:
         with contextlib.suppress(OSError):
