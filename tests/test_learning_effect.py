@@ -46,7 +46,7 @@ def test_the_archive_of_runs_is_the_readmes_table_on_clean_splits(bench):
 def test_across_families_takes_each_familys_latest_row_at_the_defaults_and_resamples_families(bench):
     def run(family, diff, vote, model="0.5B", learner="0.5B", items=3, **settings):
         return {"family": family, "model": model, "learner": learner, "diff": diff, "majority_diff": vote,
-                "items": items, "epochs": 2, "test": 24, "k": 4} | settings
+                "items": items, "epochs": 1, "train": 48, "test": 24, "k": 4} | settings
 
     rows = [run("a", (0.2, 0.1, 0.3), (0.2, 0.05, 0.35)),  # newest first: this row speaks for family a
             run("b", (0.1, 0.02, 0.2), (0.1, -0.05, 0.25)),
@@ -54,8 +54,9 @@ def test_across_families_takes_each_familys_latest_row_at_the_defaults_and_resam
             run("g", (0.0, 0.0, 0.0), (0.0, 0.0, 0.0), items=0),
             run("a", (-0.5, -0.6, -0.4), (-0.5, -0.6, -0.4)),  # an older row of a: not counted
             run("b", (0.9, 0.8, 1.0), (0.9, 0.8, 1.0), test=48),  # other settings: not counted
-            run("c", (0.9, 0.8, 1.0), (0.9, 0.8, 1.0), epochs=1),
+            run("c", (0.9, 0.8, 1.0), (0.9, 0.8, 1.0), epochs=2),
             run("c", (0.9, 0.8, 1.0), (0.9, 0.8, 1.0), k=8),
+            run("c", (0.9, 0.8, 1.0), (0.9, 0.8, 1.0), epochs=None),  # an earlier method: counted nowhere
             run("d (another setting)", (0.9, 0.8, 1.0), (0.9, 0.8, 1.0)),
             run("e", (0.9, 0.8, 1.0), (0.9, 0.8, 1.0), model="1.5B", learner="1.5B"),
             run("f", (0.9, 0.8, 1.0), (0.9, 0.8, 1.0), learner="1.5B")]
@@ -110,7 +111,7 @@ def test_across_families_also_counts_every_run_at_the_defaults_and_each_familys_
 
     def run(family, diffs, **more):
         return {"family": family, "model": "0.5B", "learner": "0.5B", "diff": diffs[0], "majority_diff": diffs[1],
-                "items": 3, "epochs": 2, "test": 24, "k": 4} | more
+                "items": 3, "epochs": 1, "train": 48, "test": 24, "k": 4} | more
 
     one_answer = {"constant": {"answer": "Yes", "mean": 0.9}, "mean_minus_constant": (-0.1, -0.2, 0.0),
                   "diff_where_constant_wrong": (0.0, -0.1, 0.1)}
@@ -131,53 +132,62 @@ def test_the_readme_states_what_the_archive_says_across_families(bench):
     assert None in lines and all(line in (ROOT / "README.md").read_text(encoding="utf-8") for line in lines.values())
 
 
-def test_runs_at_another_training_set_size_are_counted_apart_on_a_line_of_their_own(bench, tmp_path):
+def test_runs_at_other_training_sizes_or_epochs_are_counted_apart_on_a_line_of_their_own(bench, tmp_path):
+    """The defaults moved from 16 problems and 2 epochs to 48 and 1: each (training problems, epochs) run gets its
+    own line, the defaults' first; rows archived under the old defaults keep their labels ("(--train 48)" was 48
+    problems at 2 epochs) and are counted by what they recorded."""
     met, missed = ((0.2, 0.1, 0.3), (0.2, 0.1, 0.3)), ((0.1, 0.02, 0.2), (0.1, -0.05, 0.25))
 
-    def run(family, diffs, train=16, **more):  # a whole row, as the table prints it
+    def run(family, diffs, train=16, epochs=2, **more):  # a whole row, as the table prints it
         return json.loads(ARCHIVE.read_text(encoding="utf-8"))[0] | {
             "family": family, "model": "0.5B", "learner": "0.5B", "diff": diffs[0], "majority_diff": diffs[1],
-            "items": 3, "epochs": 2, "train": train, "test": 24, "k": 4, "constant": None,
+            "items": 3, "epochs": epochs, "train": train, "test": 24, "k": 4, "constant": None,
             "diff_where_constant_wrong": None, "mean_minus_constant": None} | more  # whatever the newest row has
 
-    rows = [run("a (--train 48)", met, 48), run("b (--train 48)", missed, 48), run("b (--train 48)", met, 48),
-            run("c (--refuse-copied-examples --train 48)", met, 48),  # another setting too: counted nowhere
-            run("c (--train 48 --val 8)", met, 48),
-            run("a", missed), run("b", missed), run("c", met)]
-    at_48 = bench.across_families(rows, train=48)
-    assert (at_48["families"], at_48["both"], at_48["gain"]) == (2, ["a"], ["a", "b"])
-    assert at_48["every_run"] == {"runs": 3, "both": 2, "beyond": 2} and at_48["best"]["both"] == ["a", "b"]
-    at_16 = bench.across_families(rows)
-    assert (at_16["families"], at_16["both"]) == (3, ["c"]) and at_16["every_run"]["runs"] == 3
-    # a row archived before the size was recorded ran the default, or what its label says
-    unrecorded = [{k: v for k, v in r.items() if k != "train"} for r in rows]
+    old = [run("a (--train 48)", met, 48), run("b (--train 48)", missed, 48), run("b (--train 48)", met, 48),
+           run("c (--refuse-copied-examples --train 48)", met, 48),  # another setting too: counted nowhere
+           run("c (--train 48 --val 8)", met, 48),
+           run("a", missed), run("b", missed), run("c", met)]
+    rows = [run("d", met, 48, 1), run("e (--epochs 2 --train 16)", missed), *old]
+    at_48_2 = bench.across_families(rows, setting=(48, 2))
+    assert (at_48_2["families"], at_48_2["both"], at_48_2["gain"]) == (2, ["a"], ["a", "b"])
+    assert at_48_2["every_run"] == {"runs": 3, "both": 2, "beyond": 2} and at_48_2["best"]["both"] == ["a", "b"]
+    at_16_2 = bench.across_families(rows, setting=(16, 2))
+    assert (at_16_2["families"], at_16_2["both"]) == (4, ["c"]) and at_16_2["every_run"]["runs"] == 4
+    at_defaults = bench.across_families(rows)
+    assert (at_defaults["families"], at_defaults["both"]) == (1, ["d"])
+    # a row archived before the size was recorded ran 16, or what its label says
+    unrecorded = [{k: v for k, v in r.items() if k != "train"} for r in old]
     assert [bench.train_of(r) for r in unrecorded] == [48, 48, 48, 48, 48, 16, 16, 16]  # whatever else the label says
-    assert bench.across_families(unrecorded, train=48) == at_48 and bench.across_families(unrecorded) == at_16
+    assert bench.across_families(unrecorded, setting=(48, 2)) == bench.across_families(old, setting=(48, 2))
     lines = bench.across_lines(rows)
-    assert list(lines) == [None, 48]
-    assert lines[None].startswith("Across 3 families, the latest 0.5B row of each at the defaults: 1 meet both")
-    assert lines[48].startswith("Across 2 families, the latest 0.5B row of each at the defaults but --train 48: "
-                                "1 meet both")
-    assert "Every row at --train 48, reruns included: 2 of 3 met both" in lines[48]
+    assert list(lines) == [None, (48, 2), (16, 2)]
+    assert lines[None].startswith("Across 1 families, the latest 0.5B row of each at the defaults: 1 meet both")
+    assert lines[(48, 2)].startswith("Across 2 families, the latest 0.5B row of each at the defaults but --epochs 2: "
+                                     "1 meet both")
+    assert "Every row at --epochs 2, reruns included: 2 of 3 met both" in lines[(48, 2)]
+    assert "at the defaults but --train 16 --epochs 2: 1 meet both" in lines[(16, 2)]
+    # with no row at the defaults yet, their line says so
+    assert bench.across_lines(old)[None] == "No family has run at the defaults (48 training problems, 1 epoch) yet."
 
-    # archiving the first run at a new size puts its line under the defaults' line, indented alike; the next
+    # archiving the first run at another setting puts its line under the defaults' line, indented alike; the next
     # rewrites it in place
     archive, readme = tmp_path / "learning_effect.json", tmp_path / "README.md"
-    at_defaults = rows[4:]
-    archive.write_text(json.dumps(at_defaults), encoding="utf-8")
+    archive.write_text(json.dumps(rows[:1]), encoding="utf-8")
     table = bench.TABLE_MARK + "\n" + bench.markdown([]) + "\n"
-    readme.write_text(f"# runs\n{table}\n  - across:\n  - {bench.across_lines(at_defaults)[None]}\n  - next\n",
+    readme.write_text(f"# runs\n{table}\n  - across:\n  - {bench.across_lines(rows[:1])[None]}\n  - next\n",
                       encoding="utf-8")  # the line as a bullet: the next goes under it, indented alike
     bench.archive([run("b (--train 48)", met, 48, seed=1)], None, archive, readme)
     now = bench.across_lines(json.loads(archive.read_text(encoding="utf-8")))
-    assert readme.read_text(encoding="utf-8").endswith(f"  - across:\n  - {now[None]}\n  {now[48]}\n  - next\n")
-    assert now[None] == bench.across_lines(at_defaults)[None] and "1 meet both" in now[48]
+    assert readme.read_text(encoding="utf-8").endswith(f"  - across:\n  - {now[None]}\n  {now[(48, 2)]}\n  - next\n")
+    assert now[None] == bench.across_lines(rows[:1])[None] and "1 meet both" in now[(48, 2)]
     unrecorded = {k: v for k, v in run("a (--train 48)", missed, seed=2).items() if k != "train"}
     bench.archive([unrecorded], None, archive, readme)  # a results.json from before the size was recorded
     assert json.loads(archive.read_text(encoding="utf-8"))[0]["train"] == 48
     later = bench.across_lines(json.loads(archive.read_text(encoding="utf-8")))
-    assert "Across 2 families" in later[48] and later[48] != now[48]
-    assert readme.read_text(encoding="utf-8").endswith(f"  - across:\n  - {later[None]}\n  {later[48]}\n  - next\n")
+    assert "Across 2 families" in later[(48, 2)] and later[(48, 2)] != now[(48, 2)]
+    assert readme.read_text(encoding="utf-8").endswith(
+        f"  - across:\n  - {later[None]}\n  {later[(48, 2)]}\n  - next\n")
 
 
 def test_archiving_a_run_puts_it_first_in_the_archive_and_the_readmes_table_and_recounts_the_families(bench, tmp_path):
@@ -185,9 +195,10 @@ def test_archiving_a_run_puts_it_first_in_the_archive_and_the_readmes_table_and_
     archive.write_text(ARCHIVE.read_text(encoding="utf-8"), encoding="utf-8")
     readme.write_text((ROOT / "README.md").read_text(encoding="utf-8"), encoding="utf-8")
     before = bench.across_families(json.loads(archive.read_text(encoding="utf-8")))
+    stated = bench.across_lines(json.loads(archive.read_text(encoding="utf-8")))[None]
     run = json.loads(ARCHIVE.read_text(encoding="utf-8"))[0] | {
         "family": "a_new_family", "seed": "99", "model": "qwen2.5-coder-0.5b-instruct-q4", "learner": "0.5B",
-        "train": 16}
+        "train": 48, "epochs": 1}  # the defaults
     after = bench.archive([run], "shared with | a pip\ninstall", archive, readme)
 
     rows = json.loads(archive.read_text(encoding="utf-8"))
@@ -195,9 +206,9 @@ def test_archiving_a_run_puts_it_first_in_the_archive_and_the_readmes_table_and_
     table = readme_table(readme)
     assert table[2] == bench.markdown(rows[:1]).splitlines()[2] and table[2].endswith("shared with / a pip install |")
     assert table[:2] + table[3:] == readme_table()
-    assert bench.across_families(rows)["families"] == before["families"] + 1
+    assert bench.across_families(rows)["families"] == (before["families"] if before else 0) + 1
     text = readme.read_text(encoding="utf-8")
-    assert all(line in text for line in after.splitlines()) and bench.across_text(before).strip() not in text
+    assert all(line in text for line in after.splitlines()) and stated not in text
     # the same run again is refused, whatever its note; so is a README that no longer states the archive's count;
     # neither writes anything
     with pytest.raises(bench.ConfigError, match="already archived: a_new_family"):
@@ -406,9 +417,10 @@ def test_a_run_off_the_methods_defaults_names_them_and_stays_out_of_the_count(be
     summary = bench.across_families([arm_b, {**plain, "diff": (0.0, 0.0, 0.0), "items": 0}])
     assert summary["families"] == 1 and summary["empty"] == ["color_cube_rotation"]
     assert bench.across_families([arm_b]) is None
-    larger = bench.row({**comparison, "settings": {**at_defaults, "train": "48"}})
-    assert (plain["train"], larger["train"], larger["family"]) == (16, 48, "color_cube_rotation (--train 48)")
-    assert bench.across_families([larger, arm_b], train=48)["families"] == 1 and bench.across_families([larger]) is None
+    smaller = bench.row({**comparison, "settings": {**at_defaults, "train": "16"}})
+    assert (plain["train"], smaller["train"], smaller["family"]) == (48, 16, "color_cube_rotation (--train 16)")
+    assert bench.across_families([smaller, arm_b], setting=(16, 1))["families"] == 1
+    assert bench.across_families([smaller]) is None
 
 
 def test_the_unpruned_library_is_tested_only_when_asked_and_only_where_pruning_dropped_items(bench, tmp_path):
@@ -477,8 +489,8 @@ def test_the_library_from_the_first_training_problems_keeps_only_what_they_taugh
     assert names(learned, ["p1", "p2", "p3"]) == ["none", "learned", "learned, first 3 problems"]
     recorded = LibraryVersion(items=learned.items[:4], next_number=5, policy=learned.policy)  # each names its problems
     assert names(recorded, ["p1", "p2", "p5"]) == names(learned, ["p9"]) == names(learned, None) == ["none", "learned"]
-    with_arm = bench.settings(bench.arguments().parse_args(["--test-first", "16", "--train", "48"]))
-    assert bench.changed_settings(with_arm) == "--train 48"
+    with_arm = bench.settings(bench.arguments().parse_args(["--test-first", "16", "--train", "96"]))
+    assert bench.changed_settings(with_arm) == "--train 96"
 
 
 def test_each_extra_arm_is_set_against_the_learned_one_and_keeps_its_row_at_the_defaults(bench):
@@ -641,7 +653,7 @@ def test_a_family_that_cannot_be_made_is_reported_and_the_other_families_still_r
     assert "error: not run: knight_swap" in err
     # its settings are not the defaults (fewer epochs and samples, to be quick), and its row says so
     assert ([r["family"] for r in json.loads((tmp_path / "results.json").read_text())]
-            == ["quickstart (--epochs 1 -k 2 --val-samples 1)"])
+            == ["quickstart (-k 2 --val-samples 1)"])
 
 
 def test_a_resumed_run_tests_the_splits_it_started_on_and_a_new_run_draws_them(bench, tmp_path, monkeypatch):
