@@ -841,7 +841,8 @@ def arguments() -> argparse.ArgumentParser:
                              f"{SCREEN_PROBLEMS} problems x 2 answers, no library (solved, mean reward, answers cut at "
                              "the token cap), to choose families the model can learn from")
     parser.add_argument("--archive", type=Path, nargs="+", metavar="JSON",
-                        help="run nothing: add finished runs (their results.json) to benchmarks/results/"
+                        help="run nothing: add finished runs (their results.json, or a family's comparison.json, "
+                             "whose row is made again under today's defaults) to benchmarks/results/"
                              "learning_effect.json and the README's table and across-families line")
     parser.add_argument("--note", help="with --archive: what else shared the CPU, for the wall column")
     parser.add_argument("--plot", type=Path,
@@ -857,7 +858,7 @@ def main() -> None:
     if args.model_file and args.base_url:
         parser.error("--model-file runs the policy on the embedded engine; --base-url names a server: give one")
     if args.archive:
-        runs = [r for path in args.archive for r in json.loads(path.read_text(encoding="utf-8"))]
+        runs = [r for path in args.archive for r in report_rows(json.loads(path.read_text(encoding="utf-8")))]
         try:
             print(archive(runs, args.note))
         except ConfigError as error:

@@ -423,6 +423,30 @@ def test_a_run_off_the_methods_defaults_names_them_and_stays_out_of_the_count(be
     assert bench.across_families([smaller]) is None
 
 
+def test_archive_takes_a_familys_comparison_json_and_makes_its_row_under_todays_defaults(bench, tmp_path,
+                                                                                          monkeypatch):
+    """A run started before the defaults changed wrote its results.json with the labels of that day; its
+    comparison.json keeps the settings, so `--archive` on it makes the row again: a run at today's defaults has no
+    label and is counted at the defaults."""
+    metric = {"value": 0.25, "low": 0.1, "high": 0.4}
+    arm = lambda name: {"name": name, "library_items": 1, "tokens": {"learning": 100},  # noqa: E731
+                        "metrics": {"mean_at_k": metric, "majority": metric}, "mean_vs_baseline": metric,
+                        "majority_vs_baseline": metric, "mean_vs_baseline_majority": metric}
+    recorded = bench.settings(bench.arguments().parse_args(["--seed", "73", "--train", "48", "--epochs", "1"]))
+    comparison = {"family": "simple_equations", "settings": recorded, "model": "0.5B", "problems": 24, "samples": 4,
+                  "arms": [arm("none"), arm("learned")], "library": [{"kind": "example"}],
+                  "extra_prompt_tokens_per_call": {"learned": 40}, "wall_s": 600, "cpu": "AMD EPYC (AVX2)"}
+    path = tmp_path / "comparison.json"
+    path.write_text(json.dumps(comparison), encoding="utf-8")
+    archived = []
+    monkeypatch.setattr(bench, "archive", lambda runs, note: archived.append((runs, note)) or "")
+    monkeypatch.setattr(sys, "argv", ["learning_effect.py", "--archive", str(path), "--note", "alone"])
+    bench.main()
+    [(runs, note)] = archived
+    assert note == "alone" and [r["family"] for r in runs] == ["simple_equations"] and runs == [bench.row(comparison)]
+    assert bench.across_families(runs)["families"] == 1
+
+
 def test_the_unpruned_library_is_tested_only_when_asked_and_only_where_pruning_dropped_items(bench, tmp_path):
     from gym_tf.library import LibraryVersion
     from gym_tf.store import RunStore
