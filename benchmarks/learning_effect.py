@@ -8,7 +8,9 @@
     -> compare no library and the learned one on test, same seeds: paired Mean@k difference with a 95% interval,
        Majority@k at equal samples, tokens spent; and, with `--test-unpruned`, when the prune step dropped items,
        the library before it (`unpruned`), so the table shows what pruning did on test; with `--test-examples N`,
-       the learned library shown N worked examples per prompt instead of `--examples` (`learned, N examples`).
+       the learned library shown N worked examples per prompt instead of `--examples` (`learned, N examples`); with
+       `--test-first N`, the library cut to the items learned from the first N training problems; with
+       `--test-epochs`, the library the run held after each epoch but the last (`learned, after epoch E`).
 
 Every family run is reported, gains or not. The defaults since 2026-11-29 are 48 training problems, one epoch
 (before: 16 problems, two epochs, the README's earlier rows): on nine runs at 48 problems and two epochs the library
@@ -121,7 +123,7 @@ async def pick_level(family: str, args: argparse.Namespace, backend, folder: Pat
 NOT_SETTINGS = frozenset({"resume", "out", "report", "plot", "screen", "archive", "note", "families", "api_key"})
 # settings added after runs were recorded, with the value those runs had
 LATER_SETTINGS = {"examples_per_answer": "None", "refuse_copied_examples": "False", "test_examples": "None",
-                  "test_first": "None",
+                  "test_first": "None", "test_epochs": "False",
                   "refuse_answer_in_problem": "False"}
 # settings since removed (each sample shown its own examples: no gain in three A/Bs), with the value that runs without
 # them had: a run recorded with that value resumes as it was
@@ -250,7 +252,9 @@ async def one_family(family: str, args: argparse.Namespace, out: Path) -> dict:
 
         prune = next((s for s in store.steps(result.run_id) if "ablation" in s["stats"]), None)
         first = [p.id for p in load_dataset(str(train))[:args.test_first]] if args.test_first else None
-        arms = compared_arms(store, result.library, learning, prune, args.test_unpruned, args.test_examples, first)
+        ends = epoch_ends(store, result.run_id) if args.test_epochs else None
+        arms = compared_arms(store, result.library, learning, prune, args.test_unpruned, args.test_examples, first,
+                             ends)
         comparison = await compare(backend, problems, load_reward(reward), args.k, config.rollout.sampling(), arms,
                                    seed=args.seed + 7, on_group=tested)
     finally:
@@ -311,14 +315,15 @@ async def screen(families: list[str], args: argparse.Namespace, out: Path) -> li
 
 
 def compared_arms(store: RunStore, learned: LibraryVersion, learning: int, prune: dict | None,
-                  with_unpruned: bool, examples: int | None = None,
-                  first: list[str] | None = None) -> list[tuple[str, LibraryVersion, int]]:
+                  with_unpruned: bool, examples: int | None = None, first: list[str] | None = None,
+                  ends: dict[int, str] | None = None) -> list[tuple[str, LibraryVersion, int]]:
     """The libraries the test compares, each with the tokens spent learning it: none, the learned one, with
     `with_unpruned` the library before the prune step (`prune`, its step row) where that step dropped items,
     with `examples` the learned one shown that many worked examples per prompt (`shown_examples`), where that
     changes what a prompt shows (a library of 2 examples shows both either way), and with `first` (training problem
     ids) the learned one cut to the items learned from them (`learned_from`), where that keeps some items but not
-    all (else its prompts are the learned or the none arm's)."""
+    all (else its prompts are the learned or the none arm's), and with `ends` (`epoch_ends`) the library the run held
+    after each earlier epoch, where it holds items and is not the learned one."""
     arms = [("none", store.version("empty"), 0), ("learned", learned, learning)]
     if with_unpruned and prune is not None and prune["version_after"] != prune["version_before"]:
         arms.append(("unpruned", store.version(prune["version_before"]), learning))
@@ -329,7 +334,20 @@ def compared_arms(store: RunStore, learned: LibraryVersion, learning: int, prune
         cut = learned_from(learned, first)
         if 0 < len(cut.items) < len(learned.items):
             arms.append((f"learned, first {len(first)} problems", cut, learning))
+    for epoch, version_id in (ends or {}).items():
+        held = store.version(version_id)
+        if held.items and version_id != learned.id:
+            arms.append((f"learned, after epoch {epoch}", held, learning))
     return arms
+
+
+def epoch_ends(store: RunStore, run_id: str) -> dict[int, str]:
+    """The version a run held at the end of each epoch but its last (epochs counted from 1): the gate's best after
+    that epoch's last step, before any prune step (which runs after the last epoch). What fewer epochs would have
+    learned, but for the prune step such a run would end with."""
+    steps = [s for s in store.steps(run_id) if s["batch"] >= 0]  # the prune step samples no batch
+    last = {s["epoch"] + 1: s["version_after"] for s in steps}  # steps come in order: each epoch's last wins
+    return {epoch: version for epoch, version in last.items() if epoch < max(last, default=0)}
 
 
 def shown_examples(library: LibraryVersion, examples: int) -> LibraryVersion:
@@ -386,7 +404,7 @@ def prune_effect(prune: dict | None, against: dict[str, dict]) -> dict | None:
 RUN_CHOICES = frozenset({"seed", "level", "level_aim", "base_url", "model", "model_file", "learner_base_url",
                          "learner_model", "learner_model_file"})
 # test arms added beside the learned one: they change neither the library learned nor how its arm is sampled
-EXTRA_ARMS = frozenset({"test_unpruned", "test_examples", "test_first"})
+EXTRA_ARMS = frozenset({"test_unpruned", "test_examples", "test_first", "test_epochs"})
 
 
 def changed_settings(recorded: dict) -> str:
@@ -811,6 +829,9 @@ def arguments() -> argparse.ArgumentParser:
                         help="also test the learned library cut to the items learned from the first N training "
                              "problems: with --train above N, what more training problems bought, on the same test "
                              "problems and seeds")
+    parser.add_argument("--test-epochs", action="store_true",
+                        help="also test the library the run held after each epoch but the last (with --epochs above "
+                             "1): what the later epochs bought, on the same test problems and seeds")
     parser.add_argument("--max-completion-tokens", type=int, default=256)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--level", default="auto", type=level_arg,

@@ -517,6 +517,41 @@ def test_the_library_from_the_first_training_problems_keeps_only_what_they_taugh
     assert bench.changed_settings(with_arm) == "--train 96"
 
 
+def test_the_library_held_after_each_earlier_epoch_is_one_more_arm_where_it_differs(bench, tmp_path):
+    from types import SimpleNamespace
+
+    from gym_tf.library import Experience, LibraryVersion, Provenance
+    from gym_tf.store import RunStore
+
+    # two epochs of two steps, then the prune step (no batch): epoch 1 ends at step 2's version, before the prune
+    steps = [{"step": 1, "epoch": 0, "batch": 0, "version_after": "v1"},
+             {"step": 2, "epoch": 0, "batch": 1, "version_after": "v2"},
+             {"step": 3, "epoch": 1, "batch": 0, "version_after": "v3"},
+             {"step": 4, "epoch": 1, "batch": 1, "version_after": "v4"},
+             {"step": 5, "epoch": 1, "batch": -1, "version_after": "v5"}]
+    ran = lambda rows: SimpleNamespace(steps=lambda run_id: rows)  # noqa: E731
+    assert bench.epoch_ends(ran(steps), "r") == {1: "v2"}
+    assert bench.epoch_ends(ran(steps[:2] + steps[4:]), "r") == {}  # one epoch: no earlier one
+    assert bench.epoch_ends(ran([]), "r") == {}
+
+    store = RunStore(tmp_path / "ws")
+    item = lambda n: Experience(id=f"E{n}", kind="example", text=f"item {n}",  # noqa: E731
+                                provenance=Provenance(step=n, op="add", problem_ids=(f"p{n}",)))
+    after_first = LibraryVersion(items=(item(1),), next_number=2)
+    learned = LibraryVersion(items=(item(1), item(2)), next_number=3)
+    for version in (after_first, learned):
+        store.put_version(version, "r", "promoted")
+    arms = lambda ends: [(n, v.id) for n, v, _ in bench.compared_arms(store, learned, 900, None, False, None,  # noqa: E731
+                                                                     None, ends)]
+    empty = store.version("empty").id
+    assert arms({1: after_first.id}) == [("none", empty), ("learned", learned.id),
+                                         ("learned, after epoch 1", after_first.id)]
+    # an epoch that ended on the learned library, or on an empty one, is another arm's prompts: no arm
+    assert arms({1: learned.id}) == arms({1: empty}) == arms(None) == [("none", empty), ("learned", learned.id)]
+    with_arm = bench.settings(bench.arguments().parse_args(["--test-epochs", "--epochs", "2"]))
+    assert bench.changed_settings(with_arm) == "--epochs 2"
+
+
 def test_each_extra_arm_is_set_against_the_learned_one_and_keeps_its_row_at_the_defaults(bench):
     from types import SimpleNamespace
 
