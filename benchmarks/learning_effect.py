@@ -12,10 +12,11 @@
        `--test-first N`, the library cut to the items learned from the first N training problems; with
        `--test-epochs`, the library the run held after each epoch but the last (`learned, after epoch E`).
 
-Every family run is reported, gains or not. The defaults since 2026-11-29 are 48 training problems, one epoch
-(before: 16 problems, two epochs, the README's earlier rows): on nine runs at 48 problems and two epochs the library
-held after the first epoch met the target on more families than 16 problems did, at about half the time of two
-epochs (see the README). Any OpenAI-compatible backend runs it for a larger model.
+Every family run is reported, gains or not. The defaults are the settings of the README's counted rows: 16 training
+problems, two epochs (in the second the model answers with the first's worked examples in its prompt). 48 problems
+at one epoch was the default for part of 2026-11-29 and went back: its first two runs missed on families that 16
+problems over two epochs had met on two seeds each (see the README). Any OpenAI-compatible backend runs it for a
+larger model.
 
     python benchmarks/learning_effect.py --families leg_counting,gcd --out bench-out
     python benchmarks/learning_effect.py --families leg_counting,gcd --out bench-out --resume   # after a stop
@@ -65,8 +66,8 @@ ARCHIVE = Path(__file__).resolve().parent / "results" / "learning_effect.json"
 README = Path(__file__).resolve().parents[1] / "README.md"
 TABLE_MARK = "<!-- learning-effect-table -->"
 AIMS = {"band": task_levels.AIM, "half": task_levels.FIRST_AIM}
-# the training-set size of every run before --train was varied (the default until 2026-11-29): rows that did not
-# record their size ran it, unless their label names another
+# the training-set size of every run before --train was varied (and the default still): rows that did not record
+# their size ran it, unless their label names another
 FIRST_TRAIN = 16
 # the settings a count across families is kept apart by: each (training problems, epochs) run gets a line of its own
 COUNTED_APART = ("train", "epochs")
@@ -792,13 +793,13 @@ def level_arg(text: str) -> str:
 def arguments() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--families", default=DEFAULT_FAMILIES, help="reasoning-gym task names, or `quickstart`")
-    parser.add_argument("--train", type=int, default=48, help="training problems; 48 since 2026-11-29 (16 before)")
+    parser.add_argument("--train", type=int, default=FIRST_TRAIN, help="training problems")
     parser.add_argument("--val", type=int, default=6)
     parser.add_argument("--test", type=int, default=24)
     parser.add_argument("-k", type=int, default=4, help="samples per test problem")
     parser.add_argument("--val-samples", type=int, default=2)
-    parser.add_argument("--epochs", type=int, default=1,
-                        help="passes over train; 1 since 2026-11-29 (2 from 2026-11-26, 1 before)")
+    parser.add_argument("--epochs", type=int, default=2,
+                        help="passes over train; 2 since 2026-11-26 (the README's earlier rows ran 1)")
     parser.add_argument("--batch-size", type=int, default=8)
     parser.add_argument("--group-size", type=int, default=4)
     parser.add_argument("--examples", type=int, default=2, help="worked examples per prompt (0: lessons only)")

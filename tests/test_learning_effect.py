@@ -46,7 +46,7 @@ def test_the_archive_of_runs_is_the_readmes_table_on_clean_splits(bench):
 def test_across_families_takes_each_familys_latest_row_at_the_defaults_and_resamples_families(bench):
     def run(family, diff, vote, model="0.5B", learner="0.5B", items=3, **settings):
         return {"family": family, "model": model, "learner": learner, "diff": diff, "majority_diff": vote,
-                "items": items, "epochs": 1, "train": 48, "test": 24, "k": 4} | settings
+                "items": items, "epochs": 2, "train": 16, "test": 24, "k": 4} | settings
 
     rows = [run("a", (0.2, 0.1, 0.3), (0.2, 0.05, 0.35)),  # newest first: this row speaks for family a
             run("b", (0.1, 0.02, 0.2), (0.1, -0.05, 0.25)),
@@ -54,7 +54,7 @@ def test_across_families_takes_each_familys_latest_row_at_the_defaults_and_resam
             run("g", (0.0, 0.0, 0.0), (0.0, 0.0, 0.0), items=0),
             run("a", (-0.5, -0.6, -0.4), (-0.5, -0.6, -0.4)),  # an older row of a: not counted
             run("b", (0.9, 0.8, 1.0), (0.9, 0.8, 1.0), test=48),  # other settings: not counted
-            run("c", (0.9, 0.8, 1.0), (0.9, 0.8, 1.0), epochs=2),
+            run("c", (0.9, 0.8, 1.0), (0.9, 0.8, 1.0), epochs=1),
             run("c", (0.9, 0.8, 1.0), (0.9, 0.8, 1.0), k=8),
             run("c", (0.9, 0.8, 1.0), (0.9, 0.8, 1.0), epochs=None),  # an earlier method: counted nowhere
             run("d (another setting)", (0.9, 0.8, 1.0), (0.9, 0.8, 1.0)),
@@ -111,7 +111,7 @@ def test_across_families_also_counts_every_run_at_the_defaults_and_each_familys_
 
     def run(family, diffs, **more):
         return {"family": family, "model": "0.5B", "learner": "0.5B", "diff": diffs[0], "majority_diff": diffs[1],
-                "items": 3, "epochs": 1, "train": 48, "test": 24, "k": 4} | more
+                "items": 3, "epochs": 2, "train": 16, "test": 24, "k": 4} | more
 
     one_answer = {"constant": {"answer": "Yes", "mean": 0.9}, "mean_minus_constant": (-0.1, -0.2, 0.0),
                   "diff_where_constant_wrong": (0.0, -0.1, 0.1)}
@@ -133,9 +133,8 @@ def test_the_readme_states_what_the_archive_says_across_families(bench):
 
 
 def test_runs_at_other_training_sizes_or_epochs_are_counted_apart_on_a_line_of_their_own(bench, tmp_path):
-    """The defaults moved from 16 problems and 2 epochs to 48 and 1: each (training problems, epochs) run gets its
-    own line, the defaults' first; rows archived under the old defaults keep their labels ("(--train 48)" was 48
-    problems at 2 epochs) and are counted by what they recorded."""
+    """Each (training problems, epochs) run gets its own line, the defaults' first, counted by what its rows
+    recorded; a row's label may name only those two settings to be counted on such a line."""
     met, missed = ((0.2, 0.1, 0.3), (0.2, 0.1, 0.3)), ((0.1, 0.02, 0.2), (0.1, -0.05, 0.25))
 
     def run(family, diffs, train=16, epochs=2, **more):  # a whole row, as the table prints it
@@ -144,43 +143,44 @@ def test_runs_at_other_training_sizes_or_epochs_are_counted_apart_on_a_line_of_t
             "items": 3, "epochs": epochs, "train": train, "test": 24, "k": 4, "constant": None,
             "diff_where_constant_wrong": None, "mean_minus_constant": None} | more  # whatever the newest row has
 
-    old = [run("a (--train 48)", met, 48), run("b (--train 48)", missed, 48), run("b (--train 48)", met, 48),
-           run("c (--refuse-copied-examples --train 48)", met, 48),  # another setting too: counted nowhere
-           run("c (--train 48 --val 8)", met, 48),
-           run("a", missed), run("b", missed), run("c", met)]
-    rows = [run("d", met, 48, 1), run("e (--epochs 2 --train 16)", missed), *old]
-    at_48_2 = bench.across_families(rows, setting=(48, 2))
-    assert (at_48_2["families"], at_48_2["both"], at_48_2["gain"]) == (2, ["a"], ["a", "b"])
-    assert at_48_2["every_run"] == {"runs": 3, "both": 2, "beyond": 2} and at_48_2["best"]["both"] == ["a", "b"]
-    at_16_2 = bench.across_families(rows, setting=(16, 2))
-    assert (at_16_2["families"], at_16_2["both"]) == (4, ["c"]) and at_16_2["every_run"]["runs"] == 4
-    at_defaults = bench.across_families(rows)
-    assert (at_defaults["families"], at_defaults["both"]) == (1, ["d"])
-    # a row archived before the size was recorded ran 16, or what its label says
-    unrecorded = [{k: v for k, v in r.items() if k != "train"} for r in old]
+    rows = [run("d (--epochs 1 --train 48)", met, 48, 1),
+            run("a (--train 48)", met, 48), run("b (--train 48)", missed, 48), run("b (--train 48)", met, 48),
+            run("c (--refuse-copied-examples --train 48)", met, 48),  # another setting too: counted nowhere
+            run("c (--train 48 --val 8)", met, 48),
+            run("a", missed), run("b", missed), run("c", met)]
+    at_48 = bench.across_families(rows, setting=(48, 2))
+    assert (at_48["families"], at_48["both"], at_48["gain"]) == (2, ["a"], ["a", "b"])
+    assert at_48["every_run"] == {"runs": 3, "both": 2, "beyond": 2} and at_48["best"]["both"] == ["a", "b"]
+    at_16 = bench.across_families(rows)
+    assert (at_16["families"], at_16["both"]) == (3, ["c"]) and at_16["every_run"]["runs"] == 3
+    one_epoch = bench.across_families(rows, setting=(48, 1))
+    assert (one_epoch["families"], one_epoch["both"]) == (1, ["d"])
+    # a row archived before the size was recorded ran the default, or what its label says
+    unrecorded = [{k: v for k, v in r.items() if k != "train"} for r in rows[1:]]
     assert [bench.train_of(r) for r in unrecorded] == [48, 48, 48, 48, 48, 16, 16, 16]  # whatever else the label says
-    assert bench.across_families(unrecorded, setting=(48, 2)) == bench.across_families(old, setting=(48, 2))
+    assert bench.across_families(unrecorded, setting=(48, 2)) == at_48 and bench.across_families(unrecorded) == at_16
     lines = bench.across_lines(rows)
-    assert list(lines) == [None, (48, 2), (16, 2)]
-    assert lines[None].startswith("Across 1 families, the latest 0.5B row of each at the defaults: 1 meet both")
-    assert lines[(48, 2)].startswith("Across 2 families, the latest 0.5B row of each at the defaults but --epochs 2: "
+    assert list(lines) == [None, (48, 2), (48, 1)]
+    assert lines[None].startswith("Across 3 families, the latest 0.5B row of each at the defaults: 1 meet both")
+    assert lines[(48, 2)].startswith("Across 2 families, the latest 0.5B row of each at the defaults but --train 48: "
                                      "1 meet both")
-    assert "Every row at --epochs 2, reruns included: 2 of 3 met both" in lines[(48, 2)]
-    assert "at the defaults but --train 16 --epochs 2: 1 meet both" in lines[(16, 2)]
-    # with no row at the defaults yet, their line says so
-    assert bench.across_lines(old)[None] == "No family has run at the defaults (48 training problems, 1 epoch) yet."
+    assert "Every row at --train 48, reruns included: 2 of 3 met both" in lines[(48, 2)]
+    assert "at the defaults but --train 48 --epochs 1: 1 meet both" in lines[(48, 1)]
+    # with no row at the defaults, their line says so
+    assert bench.across_lines(rows[:1])[None] == "No family has run at the defaults (16 training problems, 2 epochs) yet."
 
     # archiving the first run at another setting puts its line under the defaults' line, indented alike; the next
     # rewrites it in place
     archive, readme = tmp_path / "learning_effect.json", tmp_path / "README.md"
-    archive.write_text(json.dumps(rows[:1]), encoding="utf-8")
+    at_defaults = rows[6:]
+    archive.write_text(json.dumps(at_defaults), encoding="utf-8")
     table = bench.TABLE_MARK + "\n" + bench.markdown([]) + "\n"
-    readme.write_text(f"# runs\n{table}\n  - across:\n  - {bench.across_lines(rows[:1])[None]}\n  - next\n",
+    readme.write_text(f"# runs\n{table}\n  - across:\n  - {bench.across_lines(at_defaults)[None]}\n  - next\n",
                       encoding="utf-8")  # the line as a bullet: the next goes under it, indented alike
     bench.archive([run("b (--train 48)", met, 48, seed=1)], None, archive, readme)
     now = bench.across_lines(json.loads(archive.read_text(encoding="utf-8")))
     assert readme.read_text(encoding="utf-8").endswith(f"  - across:\n  - {now[None]}\n  {now[(48, 2)]}\n  - next\n")
-    assert now[None] == bench.across_lines(rows[:1])[None] and "1 meet both" in now[(48, 2)]
+    assert now[None] == bench.across_lines(at_defaults)[None] and "1 meet both" in now[(48, 2)]
     unrecorded = {k: v for k, v in run("a (--train 48)", missed, seed=2).items() if k != "train"}
     bench.archive([unrecorded], None, archive, readme)  # a results.json from before the size was recorded
     assert json.loads(archive.read_text(encoding="utf-8"))[0]["train"] == 48
@@ -198,7 +198,7 @@ def test_archiving_a_run_puts_it_first_in_the_archive_and_the_readmes_table_and_
     stated = bench.across_lines(json.loads(archive.read_text(encoding="utf-8")))[None]
     run = json.loads(ARCHIVE.read_text(encoding="utf-8"))[0] | {
         "family": "a_new_family", "seed": "99", "model": "qwen2.5-coder-0.5b-instruct-q4", "learner": "0.5B",
-        "train": 48, "epochs": 1}  # the defaults
+        "train": 16, "epochs": 2}  # the defaults
     after = bench.archive([run], "shared with | a pip\ninstall", archive, readme)
 
     rows = json.loads(archive.read_text(encoding="utf-8"))
@@ -261,6 +261,8 @@ def test_the_plot_draws_every_run_once_and_stars_the_runs_of_an_earlier_rule_or_
     assert (tmp_path / "effect.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert len(labels) == len(rows)
     assert [label for label in labels if label.endswith(" *")] == [
+        "fraction_simplification 73, 0.5B, 48 problems, no library 0.06 *",  # one epoch
+        "simple_equations 73, 0.5B, 48 problems, no library 0.17 *",
         "time_intervals 72, 0.5B, 2 epochs, 48 problems, no library 0.23 *",
         "products 72, 0.5B, 2 epochs, 48 problems, no library 0.44 *",
         "decimal_chain_sum 70, 0.5B, 2 epochs, 48 problems, no library 0.25 *",
@@ -417,17 +419,16 @@ def test_a_run_off_the_methods_defaults_names_them_and_stays_out_of_the_count(be
     summary = bench.across_families([arm_b, {**plain, "diff": (0.0, 0.0, 0.0), "items": 0}])
     assert summary["families"] == 1 and summary["empty"] == ["color_cube_rotation"]
     assert bench.across_families([arm_b]) is None
-    smaller = bench.row({**comparison, "settings": {**at_defaults, "train": "16"}})
-    assert (plain["train"], smaller["train"], smaller["family"]) == (48, 16, "color_cube_rotation (--train 16)")
-    assert bench.across_families([smaller, arm_b], setting=(16, 1))["families"] == 1
-    assert bench.across_families([smaller]) is None
+    larger = bench.row({**comparison, "settings": {**at_defaults, "train": "48"}})
+    assert (plain["train"], larger["train"], larger["family"]) == (16, 48, "color_cube_rotation (--train 48)")
+    assert bench.across_families([larger, arm_b], setting=(48, 2))["families"] == 1
+    assert bench.across_families([larger]) is None
 
 
 def test_archive_takes_a_familys_comparison_json_and_makes_its_row_under_todays_defaults(bench, tmp_path,
                                                                                           monkeypatch):
-    """A run started before the defaults changed wrote its results.json with the labels of that day; its
-    comparison.json keeps the settings, so `--archive` on it makes the row again: a run at today's defaults has no
-    label and is counted at the defaults."""
+    """A run's results.json holds its row as the code of its day labelled it; its comparison.json keeps the
+    settings, so `--archive` on it makes the row again under today's defaults, label and count."""
     metric = {"value": 0.25, "low": 0.1, "high": 0.4}
     arm = lambda name: {"name": name, "library_items": 1, "tokens": {"learning": 100},  # noqa: E731
                         "metrics": {"mean_at_k": metric, "majority": metric}, "mean_vs_baseline": metric,
@@ -443,8 +444,9 @@ def test_archive_takes_a_familys_comparison_json_and_makes_its_row_under_todays_
     monkeypatch.setattr(sys, "argv", ["learning_effect.py", "--archive", str(path), "--note", "alone"])
     bench.main()
     [(runs, note)] = archived
-    assert note == "alone" and [r["family"] for r in runs] == ["simple_equations"] and runs == [bench.row(comparison)]
-    assert bench.across_families(runs)["families"] == 1
+    assert runs == [bench.row(comparison)] and note == "alone"
+    assert [r["family"] for r in runs] == ["simple_equations (--epochs 1 --train 48)"]
+    assert bench.across_families(runs, setting=(48, 1))["families"] == 1 and bench.across_families(runs) is None
 
 
 def test_the_unpruned_library_is_tested_only_when_asked_and_only_where_pruning_dropped_items(bench, tmp_path):
@@ -513,8 +515,8 @@ def test_the_library_from_the_first_training_problems_keeps_only_what_they_taugh
     assert names(learned, ["p1", "p2", "p3"]) == ["none", "learned", "learned, first 3 problems"]
     recorded = LibraryVersion(items=learned.items[:4], next_number=5, policy=learned.policy)  # each names its problems
     assert names(recorded, ["p1", "p2", "p5"]) == names(learned, ["p9"]) == names(learned, None) == ["none", "learned"]
-    with_arm = bench.settings(bench.arguments().parse_args(["--test-first", "16", "--train", "96"]))
-    assert bench.changed_settings(with_arm) == "--train 96"
+    with_arm = bench.settings(bench.arguments().parse_args(["--test-first", "16", "--train", "48"]))
+    assert bench.changed_settings(with_arm) == "--train 48"
 
 
 def test_the_library_held_after_each_earlier_epoch_is_one_more_arm_where_it_differs(bench, tmp_path):
@@ -548,8 +550,8 @@ def test_the_library_held_after_each_earlier_epoch_is_one_more_arm_where_it_diff
                                          ("learned, after epoch 1", after_first.id)]
     # an epoch that ended on the learned library, or on an empty one, is another arm's prompts: no arm
     assert arms({1: learned.id}) == arms({1: empty}) == arms(None) == [("none", empty), ("learned", learned.id)]
-    with_arm = bench.settings(bench.arguments().parse_args(["--test-epochs", "--epochs", "2"]))
-    assert bench.changed_settings(with_arm) == "--epochs 2"
+    with_arm = bench.settings(bench.arguments().parse_args(["--test-epochs", "--epochs", "3"]))
+    assert bench.changed_settings(with_arm) == "--epochs 3"
 
 
 def test_each_extra_arm_is_set_against_the_learned_one_and_keeps_its_row_at_the_defaults(bench):
@@ -712,7 +714,7 @@ def test_a_family_that_cannot_be_made_is_reported_and_the_other_families_still_r
     assert "error: not run: knight_swap" in err
     # its settings are not the defaults (fewer epochs and samples, to be quick), and its row says so
     assert ([r["family"] for r in json.loads((tmp_path / "results.json").read_text())]
-            == ["quickstart (-k 2 --val-samples 1)"])
+            == ["quickstart (--epochs 1 -k 2 --val-samples 1)"])
 
 
 def test_a_resumed_run_tests_the_splits_it_started_on_and_a_new_run_draws_them(bench, tmp_path, monkeypatch):
