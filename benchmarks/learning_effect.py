@@ -561,8 +561,8 @@ def markdown(rows: list[dict]) -> str:
 def archive(runs: list[dict], note: str | None, archive_path: Path = ARCHIVE, readme: Path = README) -> str:
     """Record finished runs (rows of their results.json): newest first in the archive, with `note` (what else shared
     the CPU) in their wall column; their lines at the top of the README's table, and the README's across-families
-    lines rewritten to count them (one at the defaults, one for each other --train / --epochs run). Returns the new lines. A run
-    already archived is refused."""
+    lines rewritten to count them (one at the defaults, one for each other --train / --epochs setting run). Returns
+    the new lines. A run already archived is refused."""
     rows = json.loads(archive_path.read_text(encoding="utf-8"))
     text = readme.read_text(encoding="utf-8")
     stated = across_lines(rows)
@@ -672,7 +672,7 @@ def setting_of(r: dict) -> tuple[int, int] | None:
 
 
 def setting_text(setting: tuple[int, int]) -> str:
-    """What a setting changed from the defaults, as a command line says it ("--train 16 --epochs 2")."""
+    """What a setting changed from the defaults, as a command line says it ("--train 48 --epochs 1")."""
     return " ".join(f"--{name} {value}" for name, value, default in zip(COUNTED_APART, setting, default_setting())
                     if value != default)
 

@@ -167,7 +167,8 @@ def test_runs_at_other_training_sizes_or_epochs_are_counted_apart_on_a_line_of_t
     assert "Every row at --train 48, reruns included: 2 of 3 met both" in lines[(48, 2)]
     assert "at the defaults but --train 48 --epochs 1: 1 meet both" in lines[(48, 1)]
     # with no row at the defaults, their line says so
-    assert bench.across_lines(rows[:1])[None] == "No family has run at the defaults (16 training problems, 2 epochs) yet."
+    nothing_yet = "No family has run at the defaults (16 training problems, 2 epochs) yet."
+    assert bench.across_lines(rows[:1])[None] == nothing_yet
 
     # archiving the first run at another setting puts its line under the defaults' line, indented alike; the next
     # rewrites it in place
@@ -543,8 +544,8 @@ def test_the_library_held_after_each_earlier_epoch_is_one_more_arm_where_it_diff
     learned = LibraryVersion(items=(item(1), item(2)), next_number=3)
     for version in (after_first, learned):
         store.put_version(version, "r", "promoted")
-    arms = lambda ends: [(n, v.id) for n, v, _ in bench.compared_arms(store, learned, 900, None, False, None,  # noqa: E731
-                                                                     None, ends)]
+    def arms(ends):
+        return [(n, v.id) for n, v, _ in bench.compared_arms(store, learned, 900, None, False, None, None, ends)]
     empty = store.version("empty").id
     assert arms({1: after_first.id}) == [("none", empty), ("learned", learned.id),
                                          ("learned, after epoch 1", after_first.id)]
