@@ -628,7 +628,8 @@ def across_families(rows: list[dict], policy: str = "0.5B", setting: tuple[int, 
     `best` the families with at least one row that met both (`beyond`: beyond the most common answer too), since a
     count by the latest row drifts as near misses are rerun."""
     defaults = arguments().parse_args([])
-    setting = default_setting() if setting is None else setting
+    default = default_setting()
+    setting = default if setting is None else setting
     at_defaults = [r | {"family": family} for r in rows
                    if (family := family_at(r, setting)) and r["model"] == policy
                    and r.get("learner", r["model"]) == policy
@@ -646,7 +647,7 @@ def across_families(rows: list[dict], policy: str = "0.5B", setting: tuple[int, 
     every_met = [r for r in at_defaults if met(r)]
     every_beyond = [r for r in every_met if not no_gain_beyond_constant(r)]
     others = [r for r in runs if r["family"] not in answered_alike]
-    return {"policy": policy, "setting": None if setting == default_setting() else setting, "families": len(runs),
+    return {"policy": policy, "setting": None if setting == default else setting, "families": len(runs),
             "both": sorted(r["family"] for r in both),
             "constant_families": answered_alike,
             "mean_diff_without_constant": over("diff", others) if answered_alike else None,

@@ -544,6 +544,7 @@ def test_the_library_held_after_each_earlier_epoch_is_one_more_arm_where_it_diff
     learned = LibraryVersion(items=(item(1), item(2)), next_number=3)
     for version in (after_first, learned):
         store.put_version(version, "r", "promoted")
+
     def arms(ends):
         return [(n, v.id) for n, v, _ in bench.compared_arms(store, learned, 900, None, False, None, None, ends)]
     empty = store.version("empty").id
