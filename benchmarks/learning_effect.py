@@ -14,9 +14,12 @@
 
 Every family run is reported, gains or not. The defaults are the settings of the README's counted rows: 16 training
 problems, two epochs (in the second the model answers with the first's worked examples in its prompt). 48 problems
-at one epoch was the default for part of 2026-11-29 and went back: its first two runs missed on families that 16
-problems over two epochs had met on two seeds each (see the README). Any OpenAI-compatible backend runs it for a
-larger model.
+(`--train 48`) met the target on more of the families run there, which were not drawn alike, and cost 2 to 3 times
+the time; at one epoch, the default for part of 2026-11-29, its first runs missed (see the README). Since 2026-11-30
+a learning time limit keeps a family near the hour on slower CPUs: the optimizer starts no learning step after
+`--learn-minutes` (30) of learning, finishes the one under way and still ends with its prune step (16 problems over two
+epochs learned for 8 to 25 min on a 2-core Zen 5 EPYC, up to about twice that on an AVX2 EPYC or a Xeon; 48 for 26
+to 42 on the Zen 5). Any OpenAI-compatible backend runs it for a larger model.
 
     python benchmarks/learning_effect.py --families leg_counting,gcd --out bench-out
     python benchmarks/learning_effect.py --families leg_counting,gcd --out bench-out --resume   # after a stop
@@ -69,6 +72,7 @@ AIMS = {"band": task_levels.AIM, "half": task_levels.FIRST_AIM}
 # the training-set size of every run before --train was varied (and the default still): rows that did not record
 # their size ran it, unless their label names another
 FIRST_TRAIN = 16
+LEARN_MINUTES = 30.0  # the default learning time limit since 2026-11-30 (see the module's docstring)
 # the settings a count across families is kept apart by: each (training problems, epochs) run gets a line of its own
 COUNTED_APART = ("train", "epochs")
 
@@ -125,7 +129,7 @@ NOT_SETTINGS = frozenset({"resume", "out", "report", "plot", "screen", "archive"
 # settings added after runs were recorded, with the value those runs had
 LATER_SETTINGS = {"examples_per_answer": "None", "refuse_copied_examples": "False", "test_examples": "None",
                   "test_first": "None", "test_epochs": "False",
-                  "refuse_answer_in_problem": "False"}
+                  "refuse_answer_in_problem": "False", "learn_minutes": "None"}
 # settings since removed (each sample shown its own examples: no gain in three A/Bs), with the value that runs without
 # them had: a run recorded with that value resumes as it was
 RETIRED_SETTINGS = {"test_vary": "False", "vary_examples": "False"}
@@ -231,6 +235,7 @@ async def one_family(family: str, args: argparse.Namespace, out: Path) -> dict:
             retrieve_lessons=args.retrieve_lessons, rollout=rollout, backend=backend_config, learner=learner_config,
             prune=args.prune, learner_examples=args.learner_examples, examples_per_answer=args.examples_per_answer,
             refuse_copied_examples=args.refuse_copied_examples, refuse_answer_in_problem=args.refuse_answer_in_problem,
+            learn_minutes=args.learn_minutes,
         )
 
         def progress(p):
@@ -240,7 +245,8 @@ async def one_family(family: str, args: argparse.Namespace, out: Path) -> dict:
                 progress.last = line
 
         run_id = earlier_run(store, config, folder) if args.resume else None
-        result = await Optimizer(config, store, backend, learner, run_id=run_id, on_progress=progress).run()
+        optimizer = Optimizer(config, store, backend, learner, run_id=run_id, on_progress=progress)
+        result = await optimizer.run()
         learn_s = clock.save()
         learning = sum(u["prompt"] + u["completion"] for u in store.usage(result.run_id).values())
         problems = load_dataset(str(test))
@@ -251,7 +257,9 @@ async def one_family(family: str, args: argparse.Namespace, out: Path) -> dict:
             print(f"[{clock.save():6.0f}s] {family}: test {arm} {done[arm]}/{len(problems)}",
                   file=sys.stderr, flush=True)
 
-        prune = next((s for s in store.steps(result.run_id) if "ablation" in s["stats"]), None)
+        steps = store.steps(result.run_id)
+        prune = next((s for s in steps if "ablation" in s["stats"]), None)
+        learning_steps = {"run": sum(s["batch"] >= 0 for s in steps), "planned": optimizer.learning_steps}
         first = [p.id for p in load_dataset(str(train))[:args.test_first]] if args.test_first else None
         ends = epoch_ends(store, result.run_id) if args.test_epochs else None
         arms = compared_arms(store, result.library, learning, prune, args.test_unpruned, args.test_examples, first,
@@ -268,7 +276,8 @@ async def one_family(family: str, args: argparse.Namespace, out: Path) -> dict:
                             model=backend.model, learner=(learner or backend).model, learn_s=learn_s, cpu=cpu_label(),
                             wall_s=clock(), resumed=clock.resumed, settings=settings(args),
                             library=[i.model_dump(mode="json") for i in result.library.items],
-                            prune=prune_effect(prune, others), against_learned=others)
+                            prune=prune_effect(prune, others), against_learned=others,
+                            learning_steps=learning_steps)
     comparison.write(folder / "comparison.json")
     # recorded in the run's workspace as `gym-tf eval` records its own, so the studio shows it beside the run
     comparison.record(store, str(test))
@@ -403,7 +412,8 @@ def prune_effect(prune: dict | None, against: dict[str, dict]) -> dict | None:
 # what a run is on (the problems, the difficulty, the engine), not how it learns: none of these takes a row out of
 # the count across families (a row's model and learner columns say which engine)
 RUN_CHOICES = frozenset({"seed", "level", "level_aim", "base_url", "model", "model_file", "learner_base_url",
-                         "learner_model", "learner_model_file"})
+                         "learner_model", "learner_model_file",
+                         "learn_minutes"})  # a cap on the machine's time, not the method: a row says where it bit
 # test arms added beside the learned one: they change neither the library learned nor how its arm is sampled
 EXTRA_ARMS = frozenset({"test_unpruned", "test_examples", "test_first", "test_epochs"})
 
@@ -457,7 +467,10 @@ def row(c: dict) -> dict:
             # the extra test arms against the learned one (recorded since 2026-11-28)
             "against_learned": c.get("against_learned") or None,
             "arm_items": {a["name"]: a["library_items"] for a in c["arms"][2:]} or None,
-            "learning_tokens": learned["tokens"]["learning"], "wall_min": c["wall_s"] / 60, "cpu": c.get("cpu")}
+            "learning_tokens": learned["tokens"]["learning"], "wall_min": c["wall_s"] / 60, "cpu": c.get("cpu"),
+            # the learning steps run and planned, and the time limit (recorded since 2026-11-30)
+            "learning_steps": c.get("learning_steps"), "learn_minutes": minutes_arg(c["settings"].get("learn_minutes",
+                                                                                                    "none"))}
 
 
 def level_text(c: dict) -> str:
@@ -756,8 +769,18 @@ def same(r: dict) -> str:
 
 
 def wall(r: dict) -> str:
-    """Minutes, on which CPU, the epochs where not 1, and what else shared it (`note`, kept in the archive)."""
-    return ", ".join(part for part in (f"{r['wall_min']:.0f} min", r.get("cpu"), epochs_text(r), r.get("note")) if part)
+    """Minutes, on which CPU, the epochs where not 1, where the time limit cut learning short, and what else shared
+    the CPU (`note`, kept in the archive)."""
+    return ", ".join(part for part in (f"{r['wall_min']:.0f} min", r.get("cpu"), epochs_text(r), cut_text(r),
+                                       r.get("note")) if part)
+
+
+def cut_text(r: dict) -> str:
+    """Where the learning time limit stopped a run before its last step (rows since 2026-11-30 record it)."""
+    steps = r.get("learning_steps")
+    if not steps or steps["run"] >= steps["planned"] or r.get("learn_minutes") is None:
+        return ""
+    return f"learning cut by its {r['learn_minutes']:g}-min limit after {steps['run']} of {steps['planned']} steps"
 
 
 def epochs_text(r: dict) -> str:
@@ -785,6 +808,19 @@ def count_arg(text: str) -> int:
     return int(text)
 
 
+def minutes_arg(text: str) -> float | None:
+    """Minutes above 0, or `none` for no limit (also as a recorded setting, "None")."""
+    if text.lower() == "none":
+        return None
+    try:
+        minutes = float(text)
+    except ValueError:
+        minutes = 0.0
+    if not minutes > 0 or math.isinf(minutes):
+        raise argparse.ArgumentTypeError(f"minutes above 0, or `none`, not {text!r}")
+    return minutes
+
+
 def level_arg(text: str) -> str:
     if text in ("auto", "default") or (text.isdigit()):
         return text
@@ -801,6 +837,9 @@ def arguments() -> argparse.ArgumentParser:
     parser.add_argument("--val-samples", type=int, default=2)
     parser.add_argument("--epochs", type=int, default=2,
                         help="passes over train; 2 since 2026-11-26 (the README's earlier rows ran 1)")
+    parser.add_argument("--learn-minutes", type=minutes_arg, default=LEARN_MINUTES,
+                        help="start no learning step after this many minutes of learning (the one under way "
+                             "finishes; the prune step still runs), or `none`; 30 since 2026-11-30, none before")
     parser.add_argument("--batch-size", type=int, default=8)
     parser.add_argument("--group-size", type=int, default=4)
     parser.add_argument("--examples", type=int, default=2, help="worked examples per prompt (0: lessons only)")

@@ -257,6 +257,8 @@ def optimize(
     prune: Annotated[bool, typer.Option(help="with --val-dataset: after the last step, leave each item out in turn "
                                              "(its credit) and drop the lessons that showed no help")] = True,
     max_tokens: Annotated[Optional[int], typer.Option(help="token budget for the whole run")] = None,
+    learn_minutes: Annotated[Optional[float], typer.Option(
+        help="start no learning step after this many minutes of learning; the prune step still runs")] = None,
     max_completion_tokens: Annotated[int, typer.Option(help="longest answer, tokens")] = 512,
     max_library_tokens: Annotated[Optional[int], typer.Option(help="cap on the rendered library")] = 1024,
     retrieve_lessons: Annotated[Optional[int], typer.Option(help="show each problem only its N most relevant lessons")] = None,
@@ -314,7 +316,7 @@ def optimize(
     check_target(report_to)
     store = RunStore(workspace)
     if resume:
-        run_id, config = resume_config(store, resume, max_tokens)
+        run_id, config = resume_config(store, resume, max_tokens, learn_minutes)
         config = config.model_copy(update={"backend": config.backend.model_copy(update={"api_key": api_key})})
     else:
         run_id = None
@@ -326,7 +328,8 @@ def optimize(
         config = OptimizeConfig(
             dataset=dataset, problem_field=problem_field, answer_field=answer_field, limit=limit, epochs=epochs,
             batch_size=batch_size, group_size=group_size, seed=seed, reward=reward, val_dataset=val_dataset,
-            val_samples=val_samples, prune=prune, max_tokens=max_tokens, max_library_tokens=max_library_tokens,
+            val_samples=val_samples, prune=prune, max_tokens=max_tokens, learn_minutes=learn_minutes,
+            max_library_tokens=max_library_tokens,
             retrieve_lessons=retrieve_lessons, examples_per_prompt=examples_per_prompt, worked_examples=worked_examples,
             examples_per_answer=examples_per_answer, refuse_copied_examples=refuse_copied_examples,
             refuse_answer_in_problem=refuse_answer_in_problem,

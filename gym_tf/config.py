@@ -87,6 +87,9 @@ class OptimizeConfig(BaseModel):
                         "on by default in the CLI and the benchmark, off here so that runs made before it resume "
                         "as they started)")
     max_tokens: int | None = Field(None, ge=1, description="token budget for the whole run (all stages); stops cleanly")
+    learn_minutes: float | None = Field(None, gt=0, description="start no learning step once the run has learned "
+                                        "this long (wall clock, a resumed run's earlier steps included); the prune "
+                                        "step still runs, so a slow machine still ends with a measured library")
     start_library: str = Field("empty", description="library version to start from")
     backend: BackendConfig = Field(default_factory=BackendConfig, description="the frozen model answering problems")
     learner: BackendConfig | None = Field(None, description="a different model for the learning stages (default: same)")
@@ -116,6 +119,8 @@ class OptimizeConfig(BaseModel):
             del data["refuse_copied_examples"]  # and for runs that keep copies
         if not self.refuse_answer_in_problem:
             del data["refuse_answer_in_problem"]  # and for runs that show examples whose answer is in the problem
+        if self.learn_minutes is None:
+            del data["learn_minutes"]  # and for runs with no time limit
         return data
 
     def render_policy(self) -> RenderPolicy:

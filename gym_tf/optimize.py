@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import random
+import time
 from collections import Counter
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Iterator
@@ -127,7 +128,11 @@ class Optimizer:
         library = self.store.version(run["current_version"])
         steps = self.store.steps(self.run_id)
         done = {s["step"] for s in steps}
-        self.progress.total_steps = cfg.epochs * -(-len(self.problems) // cfg.batch_size) + int(self._ends_with_prune)
+        self.progress.total_steps = self.learning_steps + int(self._ends_with_prune)
+        # the time limit counts this process's time and what the steps before a resume recorded (not the pause)
+        self._learning_since = time.monotonic() - next((s["stats"]["learned_s"] for s in reversed(steps)
+                                                        if s["stats"].get("learned_s") is not None), 0.0)
+        pruned = self._ends_with_prune and self.learning_steps + 1 in done  # learning ended, by the time limit
         self.progress.library_size = len(library.items)
         self._count_tokens()
         status = "finished"
@@ -141,16 +146,17 @@ class Optimizer:
                 self.val_baseline = self.progress.last_val
                 best_scores = next((s["stats"]["best_scores"] for s in reversed(steps)
                                     if s["stats"].get("best_scores") is not None), best_scores)
-            step = 0
-            for epoch in range(cfg.epochs):
-                for batch_index, batch in enumerate(self._batches(epoch)):
-                    step += 1
-                    self.progress.epoch, self.progress.step = epoch + 1, step
-                    if step in done:
-                        continue  # committed before a crash: its rollouts, replies and version are in the store
-                    library, best_scores = await self.run_step(epoch, batch_index, step, batch, library, best_scores)
+            for epoch, batch_index, step, batch in () if pruned else self._schedule():
+                if step not in done and self._out_of_time():
+                    self.progress.notes.append(f"learning stopped at its time limit ({cfg.learn_minutes:g} min): "
+                                               f"{step - 1} of {self.learning_steps} steps run")
+                    break
+                self.progress.epoch, self.progress.step = epoch + 1, step
+                if step in done:
+                    continue  # committed before a crash: its rollouts, replies and version are in the store
+                library, best_scores = await self.run_step(epoch, batch_index, step, batch, library, best_scores)
             if self._ends_with_prune:
-                step += 1
+                step = self.learning_steps + 1  # its number whether or not the time limit cut the steps short
                 self.progress.step = step
                 if step not in done:
                     library, best_scores = await self.prune_step(step, library, best_scores)
@@ -250,7 +256,8 @@ class Optimizer:
         stats = {"groups_used": len(learn_from), "groups_skipped": len(batch) - len(learn_from),
                  "mean_reward": _mean(r.reward for g in groups.values() for r in g),
                  "ops_applied": sum(v.accepted for v in verdicts), "ops_rejected": sum(not v.accepted for _, v in all_verdicts),
-                 "val_mean": evaluation["val_mean"] if evaluation else None, "best_scores": best_scores}
+                 "val_mean": evaluation["val_mean"] if evaluation else None, "best_scores": best_scores,
+                 "learned_s": round(time.monotonic() - self._learning_since, 1)}
         self.store.commit_step(self.run_id, step, epoch, batch_index, library, candidate, all_verdicts, status,
                                self.store.usage(self.run_id), stats, self.cfg_hash, evaluation)
         new_library = candidate if status == "promoted" else library
@@ -302,6 +309,25 @@ class Optimizer:
         return kept, best_scores
 
     # --- the pieces ---------------------------------------------------------------------------------------------
+
+    @property
+    def learning_steps(self) -> int:
+        """The learning steps the run plans: a batch each, every epoch (the prune step not counted)."""
+        return self.config.epochs * -(-len(self.problems) // self.config.batch_size)
+
+    def _schedule(self) -> Iterator[tuple[int, int, int, list[Problem]]]:
+        """Every learning step in order: (epoch, batch index, step number from 1, the batch)."""
+        step = 0
+        for epoch in range(self.config.epochs):
+            for batch_index, batch in enumerate(self._batches(epoch)):
+                step += 1
+                yield epoch, batch_index, step, batch
+
+    def _out_of_time(self) -> bool:
+        """Whether the run has learned for its `learn_minutes` (checked before each step: the step under way when
+        the limit passes finishes and is kept)."""
+        limit = self.config.learn_minutes
+        return limit is not None and time.monotonic() - self._learning_since >= limit * 60
 
     @property
     def _ends_with_prune(self) -> bool:
@@ -541,6 +567,8 @@ def _mean(values: Any) -> float:
     return sum(items) / len(items) if items else 0.0
 
 
-def resume_config(store: RunStore, run_id: str, max_tokens: int | None = None) -> tuple[str, OptimizeConfig]:
-    """The stored config of a run, so a resumed run repeats exactly what was started (budget may be raised)."""
-    return store.run_config(run_id, "optimize", OptimizeConfig, max_tokens=max_tokens)
+def resume_config(store: RunStore, run_id: str, max_tokens: int | None = None,
+                  learn_minutes: float | None = None) -> tuple[str, OptimizeConfig]:
+    """The stored config of a run, so a resumed run repeats exactly what was started (its token budget and time
+    limit may be raised)."""
+    return store.run_config(run_id, "optimize", OptimizeConfig, max_tokens=max_tokens, learn_minutes=learn_minutes)

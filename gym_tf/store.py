@@ -273,13 +273,12 @@ class RunStore:
 
     def run_config(self, run_id: str, kind: str, model: type[BaseModel], **updates: Any) -> tuple[str, Any]:
         """A run's full id and its stored config, to resume it exactly as started (`updates`, where not None,
-        replace fields such as a raised budget)."""
+        replace fields such as a raised budget, for this resume: the stored config keeps what the run started with)."""
         run = self.run(run_id)
         if run["kind"] != kind:
             raise ConfigError(f"run {run['id']} is a {run['kind']} run, not a{'n' if kind[0] in 'aeiou' else ''} {kind} run")
-        config = model.model_validate(run["config"])
         changes = {k: v for k, v in updates.items() if v is not None}
-        return run["id"], config.model_copy(update=changes) if changes else config
+        return run["id"], model.model_validate({**run["config"], **changes})  # a change is checked like the rest
 
     @_writes
     def claim_run(self, run_id: str) -> None:

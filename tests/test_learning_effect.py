@@ -262,6 +262,8 @@ def test_the_plot_draws_every_run_once_and_stars_the_runs_of_an_earlier_rule_or_
     assert (tmp_path / "effect.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert len(labels) == len(rows)
     assert [label for label in labels if label.endswith(" *")] == [
+        "basic_arithmetic 74, 0.5B, 2 epochs, 48 problems, no library 0.53 *",
+        "fraction_simplification 74, 0.5B, 2 epochs, 48 problems, no library 0.14 *",
         "fraction_simplification 73, 0.5B, 48 problems, no library 0.06 *",  # one epoch
         "simple_equations 73, 0.5B, 48 problems, no library 0.17 *",
         "time_intervals 72, 0.5B, 2 epochs, 48 problems, no library 0.23 *",
@@ -296,6 +298,10 @@ def test_a_rows_wall_time_names_its_cpu_and_an_empty_library_has_nothing_to_prun
     assert bench.wall({**row, "cpu": None, "note": None}) == "36 min"
     assert (bench.wall({**row, "epochs": 2})
             == "36 min, AMD EPYC (AVX2), 2 epochs, shared with an install and short runs")
+    cut = {**row, "epochs": 2, "learn_minutes": 30.0, "note": None}
+    assert (bench.wall({**cut, "learning_steps": {"run": 9, "planned": 12}})
+            == "36 min, AMD EPYC (AVX2), 2 epochs, learning cut by its 30-min limit after 9 of 12 steps")
+    assert bench.wall({**cut, "learning_steps": {"run": 12, "planned": 12}}) == "36 min, AMD EPYC (AVX2), 2 epochs"
     assert bench.pruned({**row, "prune": None, "items": 0}) == "nothing to prune"
     assert bench.pruned({**row, "prune": None}) == "not run"
     assert bench.pruned(row) == "0 of 4"
@@ -424,6 +430,11 @@ def test_a_run_off_the_methods_defaults_names_them_and_stays_out_of_the_count(be
     assert (plain["train"], larger["train"], larger["family"]) == (16, 48, "color_cube_rotation (--train 48)")
     assert bench.across_families([larger, arm_b], setting=(48, 2))["families"] == 1
     assert bench.across_families([larger]) is None
+    # the learning time limit caps the machine's time, not the method: a row without one, or with another, is
+    # counted with the others (where the limit cut learning short, its wall cell says so)
+    for minutes in ("None", "45.0"):
+        assert bench.row({**comparison, "settings": {**at_defaults, "learn_minutes": minutes}})["family"] == (
+            "color_cube_rotation")
 
 
 def test_archive_takes_a_familys_comparison_json_and_makes_its_row_under_todays_defaults(bench, tmp_path,
@@ -691,6 +702,47 @@ def test_a_stopped_benchmark_resumes_where_it_stopped_and_ends_as_an_uninterrupt
     assert done.calls == []
     with pytest.raises(ConfigError, match=r"comparison.json was made with other settings \(k\)"):
         run("stopped", ScriptedBackend(gold), "--resume", "-k", "4")
+
+
+def test_the_learning_time_limit_reaches_the_optimizer_and_the_row_says_where_it_cut_learning(bench, tmp_path,
+                                                                                             monkeypatch):
+    """`--learn-minutes`: the optimizer starts no learning step past it, the prune step still ends the run, and the
+    family's comparison.json and row record the steps run against those planned. The clock moves a second per
+    model call."""
+    import asyncio
+    from types import SimpleNamespace
+
+    from fakes import ScriptedBackend
+    from gym_tf.datasets import load_dataset
+    from gym_tf.store import RunStore
+
+    clock = SimpleNamespace(now=0.0)
+    monkeypatch.setattr("gym_tf.optimize.time", SimpleNamespace(monotonic=lambda: clock.now))
+
+    class Timed(ScriptedBackend):
+        async def generate(self, messages, n=1, **sampling):
+            clock.now += 1.0
+            return await super().generate(messages, n, **sampling)
+
+    gold = {p.problem: p.answer for p in load_dataset("quickstart")}
+
+    async def fake_backend(config):
+        return Timed(gold)
+
+    monkeypatch.setattr(bench, "make_backend", fake_backend)
+    args = bench.arguments().parse_args(["--families", "quickstart", "-k", "2", "--val-samples", "1",
+                                         "--learn-minutes", "0.5", "--out", str(tmp_path)])  # its 16 problems
+    row = asyncio.run(bench.one_family("quickstart", args, args.out))
+    steps = RunStore(tmp_path / "quickstart" / "ws").steps(RunStore(tmp_path / "quickstart" / "ws").runs()[0]["id"])
+    learning = [s for s in steps if s["batch"] >= 0]
+    assert 0 < len(learning) < 4 and steps[-1]["step"] == 5 and "ablation" in steps[-1]["stats"]
+    # each step started inside the limit; the last ran past it, and none started after
+    assert all(s["stats"]["learned_s"] < 30 for s in learning[:-1]) and learning[-1]["stats"]["learned_s"] >= 30
+    comparison = json.loads((tmp_path / "quickstart" / "comparison.json").read_text())
+    assert comparison["learning_steps"] == {"run": len(learning), "planned": 4}
+    assert comparison["settings"]["learn_minutes"] == "0.5" and row["learn_minutes"] == 0.5
+    assert row["family"] == "quickstart (-k 2 --val-samples 1)"  # the limit is not in the label
+    assert f"learning cut by its 0.5-min limit after {len(learning)} of 4 steps" in bench.wall(row)
 
 
 def test_a_family_that_cannot_be_made_is_reported_and_the_other_families_still_run(bench, tmp_path, monkeypatch,

@@ -13,8 +13,9 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+from pydantic import ValidationError
 
-from crash_run import CONFIG, GATED, scripted
+from crash_run import CONFIG, GATED, LibraryReader, scripted
 from fakes import ScriptedBackend, default_learner, solve_text
 from gym_tf.config import OptimizeConfig
 from gym_tf.datasets import Problem, load_dataset
@@ -463,6 +464,73 @@ async def test_budget_stops_cleanly_with_everything_committed(store, scripted):
     committed = store.steps(result.run_id)
     assert len(committed) < 4
     assert record["current_version"] == (result.library.id if committed else store.version("empty").id)
+
+
+class Clock:
+    """A monotonic clock that moves only when the model answers: a minute per call."""
+
+    def __init__(self):
+        self.now = 0.0
+
+    def monotonic(self):
+        return self.now
+
+
+def timed(clock):
+    class Timed(LibraryReader):
+        async def generate(self, messages, n=1, **sampling):
+            clock.now += 60.0
+            return await super().generate(messages, n, **sampling)
+
+    return Timed({p.problem: p.answer for p in load_dataset("quickstart")})
+
+
+@pytest.fixture
+def clock(monkeypatch):
+    clock = Clock()
+    monkeypatch.setattr("gym_tf.optimize.time", clock)
+    return clock
+
+
+async def test_the_time_limit_stops_learning_between_steps_and_the_run_still_ends_pruned(store, clock):
+    _, whole = await run(store, timed(clock), GATED)
+    learning = [s for s in store.steps(whole.run_id) if s["batch"] >= 0]
+    assert [s["step"] for s in store.steps(whole.run_id)] == [1, 2, 3, 4, 5, 6, 7]
+    minutes = [s["stats"]["learned_s"] / 60 for s in learning]
+    assert minutes == sorted(minutes) and minutes[0] > 0
+    limit = (minutes[1] + minutes[2]) / 2  # passes during step 3: step 3 finishes, step 4 never starts
+    _, cut = await run(store, timed(clock), GATED.model_copy(update={"learn_minutes": limit}))
+    steps = store.steps(cut.run_id)
+    assert [s["step"] for s in steps] == [1, 2, 3, 7]  # the prune step keeps its number
+    assert steps[-1]["batch"] == -1 and steps[-1]["stats"]["ablation"]
+    assert cut.status == "finished" and store.run(cut.run_id)["current_version"] == cut.library.id
+    assert f"learning stopped at its time limit ({limit:g} min): 3 of 6 steps run" in cut.progress.notes
+    assert store.run(cut.run_id)["config"]["learn_minutes"] == limit
+    assert "learn_minutes" not in store.run(whole.run_id)["config"]  # runs without a limit keep their config hash
+
+
+async def test_a_resumed_run_counts_the_time_its_earlier_steps_took_not_the_pause(store, clock):
+    """A run stopped by its token budget, resumed much later with a time limit a minute past what its steps took:
+    one more learning step starts (the pause is not counted; a step takes the fake clock far past a minute), then
+    the prune step; resumed again with a raised limit, a pruned run learns no more."""
+    _, first = await run(store, timed(clock), GATED.model_copy(update={"max_tokens": 6000}))
+    assert first.status == "budget"
+    learned = store.steps(first.run_id)
+    assert learned and all(s["batch"] >= 0 for s in learned) and len(learned) < 5
+    spent = learned[-1]["stats"]["learned_s"] / 60
+    clock.now += 10**6  # the resume comes much later
+    run_id, config = resume_config(store, first.run_id, max_tokens=10**9, learn_minutes=spent + 1)
+    _, resumed = await run(store, timed(clock), config, run_id=run_id)
+    steps = store.steps(run_id)
+    assert [s["step"] for s in steps] == [s["step"] for s in learned] + [len(learned) + 1, 7]
+    assert f"{len(learned) + 1} of 6 steps run" in resumed.progress.notes[0]
+    rollouts = store.db["rollouts"].count
+    run_id, config = resume_config(store, run_id, learn_minutes=10**6)
+    _, again = await run(store, timed(clock), config, run_id=run_id)
+    assert [s["step"] for s in store.steps(run_id)] == [s["step"] for s in steps]
+    assert store.db["rollouts"].count == rollouts and again.library.id == resumed.library.id
+    with pytest.raises(ValidationError, match="learn_minutes"):  # a limit is checked like the rest of the config
+        resume_config(store, run_id, learn_minutes=-1)
 
 
 async def test_validation_gate_rejects_a_worse_library(store, quickstart):
