@@ -17,9 +17,9 @@ problems, two epochs (in the second the model answers with the first's worked ex
 (`--train 48`) met the target on more of the families run there, which were not drawn alike, and cost 2 to 3 times
 the time; at one epoch, the default for part of 2026-11-29, its first runs missed (see the README). Since 2026-11-30
 a learning time limit keeps a family near the hour on slower CPUs: the optimizer starts no learning step after
-`--learn-minutes` (30) of learning, finishes the one under way and still ends with its prune step (16 problems over two
-epochs learned for 8 to 25 min on a 2-core Zen 5 EPYC, up to about twice that on an AVX2 EPYC or a Xeon; 48 for 26
-to 42 on the Zen 5). Any OpenAI-compatible backend runs it for a larger model.
+`--learn-minutes` (30) of learning, finishes the one under way and still ends with its prune step (on a 2-core Zen 5
+EPYC, 16 problems over two epochs learned for 5 to 17 min in nine runs, 48 for 26 to 42 in nine; whole families at 16
+took up to 60 min on an AVX2 EPYC). Any OpenAI-compatible backend runs it for a larger model.
 
     python benchmarks/learning_effect.py --families leg_counting,gcd --out bench-out
     python benchmarks/learning_effect.py --families leg_counting,gcd --out bench-out --resume   # after a stop
