@@ -353,7 +353,8 @@ class Optimizer:
         return "promoted", evaluation, scores
 
     def _summary(self, library: LibraryVersion) -> dict[str, Any]:
-        return {"steps": self.progress.step, "library_items": len(library.items), "val_baseline": self.val_baseline,
+        # the steps committed, learning and prune: a run the time limit cut has fewer than its last step's number
+        return {"steps": len(self.store.steps(self.run_id)), "library_items": len(library.items), "val_baseline": self.val_baseline,
                 "tokens": self.store.usage(self.run_id), "groups_used": self.progress.groups_used,
                 "groups_skipped": self.progress.groups_skipped}
 

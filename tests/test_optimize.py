@@ -505,6 +505,7 @@ async def test_the_time_limit_stops_learning_between_steps_and_the_run_still_end
     assert steps[-1]["batch"] == -1 and steps[-1]["stats"]["ablation"]
     assert cut.status == "finished" and store.run(cut.run_id)["current_version"] == cut.library.id
     assert f"learning stopped at its time limit ({limit:g} min): 3 of 6 steps run" in cut.progress.notes
+    assert store.run(cut.run_id)["summary"]["steps"] == 4 and store.run(whole.run_id)["summary"]["steps"] == 7
     assert store.run(cut.run_id)["config"]["learn_minutes"] == limit
     assert "learn_minutes" not in store.run(whole.run_id)["config"]  # runs without a limit keep their config hash
 
