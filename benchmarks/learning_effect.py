@@ -248,6 +248,8 @@ async def one_family(family: str, args: argparse.Namespace, out: Path) -> dict:
         optimizer = Optimizer(config, store, backend, learner, run_id=run_id, on_progress=progress)
         result = await optimizer.run()
         learn_s = clock.save()
+        for note in result.progress.notes:
+            print(f"{family}: {note}", file=sys.stderr, flush=True)
         learning = sum(u["prompt"] + u["completion"] for u in store.usage(result.run_id).values())
         problems = load_dataset(str(test))
         done: dict[str, int] = {}

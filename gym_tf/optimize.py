@@ -54,6 +54,8 @@ class Progress:
     reward_sum: float = 0.0
     groups_used: int = 0
     groups_skipped: int = 0
+    groups_all_wrong: int = 0  # skipped groups with no right answer: the method has nothing to copy or contrast
+    groups_all_right: int = 0  # skipped groups with every answer right: already solved
     ops_applied: int = 0
     ops_rejected: int = 0
     library_size: int = 0
@@ -169,6 +171,8 @@ class Optimizer:
             with contextlib.suppress(StoreError):
                 self.store.finish_run(self.run_id, "failed", self._summary(library))
             raise
+        if not library.items and (reason := self._why_nothing_learned()):
+            self.progress.notes.append(reason)
         held = problems_held_in(library, self.val_problems)
         if held:
             self.progress.notes.append(f"not held out: the library holds worked examples of {len(held)} of the "
@@ -200,6 +204,10 @@ class Optimizer:
                 used.append(problem)
             elif rewards == {0.0} and cfg.hard_groups == "reference" and problem.answer is not None:
                 hard.append(problem)
+            elif rewards == {0.0}:
+                self.progress.groups_all_wrong += 1
+            elif rewards == {1.0}:
+                self.progress.groups_all_right += 1
         self.progress.groups_used += len(used) + len(hard)
         self.progress.groups_skipped += len(batch) - len(used) - len(hard)
         self._notify()
@@ -536,6 +544,22 @@ class Optimizer:
         problem_ids = sorted({proposals[s - 1][0] for s in sources if 1 <= s <= len(proposals)})
         rollout_ids = [rollout_key(self.run_id, step, pid, r.sample) for pid in problem_ids for r in groups[pid]]
         return Provenance(step=step, op="", problem_ids=tuple(problem_ids), rollout_ids=tuple(rollout_ids))
+
+    def _why_nothing_learned(self) -> str | None:
+        """Why a run's library stayed empty, where the groups say it: every group all wrong (no verified answer to
+        keep, no contrast) or all right (nothing left to learn). A run resumed after its last step has no counts."""
+        p = self.progress
+        if p.groups_used or not p.groups_skipped:
+            return None
+        if p.groups_all_wrong == p.groups_skipped:
+            return (f"nothing learned: the model answered none of its {p.rollouts} training answers right, and the "
+                    "method learns from verified answers and from groups with right and wrong ones. Try easier "
+                    "problems, a larger model (--model-file, --base-url), a learner model whose verified answers "
+                    "become examples (--learner-examples with --learner-model-file), or --hard-groups reference")
+        if p.groups_all_right == p.groups_skipped:
+            return (f"nothing learned: the model answered all of its {p.rollouts} training answers right; these "
+                    "problems are already solved without a library")
+        return None
 
     def _saw(self, group: list[Rollout]) -> None:
         self.progress.rollouts += len(group)

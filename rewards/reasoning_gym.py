@@ -89,6 +89,16 @@ def reference_grade(rg_task: str, generated: dict) -> float | None:
     return float(_grader(rg_task)(str(generated["answer"]), generated))
 
 
+NOT_AN_ANSWER = "gym-tf: this is not an answer"
+
+
+def accepts_anything(rg_task: str, generated: dict) -> bool:
+    """Whether the task's grader gives full marks to text that answers nothing: such a row cannot tell a right answer
+    from a wrong one. game_of_life_halting's grader compares `bool(answer)` with `bool("False")`, so every non-empty
+    answer scores 1."""
+    return _grade(_grader(rg_task), NOT_AN_ANSWER, generated) >= 1
+
+
 def score(completions: list[str], rg_task: str, rg_entry: str, **_: Any) -> list[float]:
     """Each completion's grade. The row must grade its own reference answer 1: a failure there is the row's (or the
     grader's) and is raised. An answer the grader fails to read scores 0: some graders raise on free text instead of

@@ -710,3 +710,20 @@ def test_a_lesson_is_refused_for_repeating_the_text_a_problem_quotes(lesson, ref
                           "general rule, for any text")
     else:
         assert broken is None
+
+
+@pytest.mark.parametrize("skill, says", [(0.0, "answered none of its 64 training answers right"),
+                                         (1.0, "answered all of its 64 training answers right")])
+async def test_a_run_that_learned_nothing_says_why(store, skill, says):
+    """A family out of the model's reach (every answer wrong) or already solved (every answer right) leaves the
+    library empty; the run says which, instead of ending on an empty library in silence."""
+    backend = ScriptedBackend({p.problem: p.answer for p in load_dataset("quickstart")}, skill=skill)
+    _, result = await run(store, backend)
+    assert result.library.items == () and result.progress.groups_used == 0
+    why = [n for n in result.progress.notes if n.startswith("nothing learned")]
+    assert len(why) == 1 and says in why[0]
+
+
+async def test_a_run_that_learned_something_gives_no_nothing_learned_note(store, scripted):
+    _, result = await run(store, scripted)
+    assert result.library.items and not any(n.startswith("nothing learned") for n in result.progress.notes)

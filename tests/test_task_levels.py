@@ -7,6 +7,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -169,6 +170,34 @@ def test_a_seed_makes_the_same_problems_in_every_process(tmp_path, monkeypatch, 
     capfd.readouterr()
     assert task_levels.rows("isomorphic_strings", 6, 45, 0) == here
     assert "Only placed 3 rectangles" in capfd.readouterr().err
+
+
+@pytest.mark.skipif(not sys.flags.hash_randomization, reason="generates in this process: no child to time")
+def test_a_generator_too_slow_to_finish_is_a_generation_error(tmp_path, monkeypatch):
+    """sokoban's generator solves every puzzle it makes and ran past 10 minutes on a run's problems: the benchmark
+    reports such a family as one it could not make and goes on, instead of waiting on it with nothing shown."""
+    (tmp_path / "sitecustomize.py").write_text(
+        "import time, reasoning_gym\n"
+        "def create_dataset(*args, **kwargs):\n"
+        "    time.sleep(60)\n"
+        "reasoning_gym.create_dataset = create_dataset\n")
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path))
+    monkeypatch.setattr(task_levels, "GENERATION_MINUTES", 0.1)
+    started = time.monotonic()
+    with pytest.raises(task_levels.GenerationError, match=r"could not make 6 chain_sum problems in 0.1 min"):
+        task_levels.rows("chain_sum", 6, 5, 0)
+    assert time.monotonic() - started < 30
+
+
+def test_a_family_whose_grader_gives_any_answer_full_marks_is_refused():
+    """game_of_life_halting's grader compares bool(answer) with bool("False"): every answer scores 1, so a run on it
+    reads 'solved 1.00' (the seed-76 screen) and measures nothing. It is refused before anything is sampled."""
+    from rewards.reasoning_gym import NOT_AN_ANSWER, score
+
+    row = task_levels.rows("chain_sum", 1, 5, 0)[0]
+    assert score([NOT_AN_ANSWER], row["rg_task"], row["rg_entry"]) == [0.0]
+    with pytest.raises(task_levels.GenerationError, match="game_of_life_halting grader gives full marks to any answer"):
+        task_levels.rows("game_of_life_halting", 4, 76, 0)
 
 
 def test_a_generator_that_fails_is_an_error_of_its_own_not_too_few_problems():
