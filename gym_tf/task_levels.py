@@ -115,8 +115,9 @@ def _made(family: str, size: int, seed: int, level: int | None) -> list[list[str
         settings = level_config(family, level) if level is not None else {}
         made = [[e["question"], NO_SINGLE_ANSWER if e["answer"] is None else str(e["answer"]), entry_text(e)]
                 for e in reasoning_gym.create_dataset(family, size=size, seed=seed, **settings)]
-        grades = [reference_grade(family, read_entry(text)) for _, _, text in made]
-        lenient = {i for i, (_, _, text) in enumerate(made) if accepts_anything(family, read_entry(text))}
+        entries = [read_entry(text) for _, _, text in made]
+        grades = [reference_grade(family, entry) for entry in entries]
+        lenient = {i for i, entry in enumerate(entries) if accepts_anything(family, entry)}
     except Exception as error:
         raise GenerationError(f"reasoning-gym could not make {family} problems: {type(error).__name__}: "
                               f"{error}") from error
