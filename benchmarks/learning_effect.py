@@ -239,7 +239,8 @@ async def one_family(family: str, args: argparse.Namespace, out: Path) -> dict:
         )
 
         def progress(p):
-            line = f"{family}: step {p.step}/{p.total_steps} rollouts {p.rollouts} library {p.library_size}"
+            line = (f"{family}: step {p.step}/{p.total_steps} rollouts {p.rollouts} library {p.library_size} "
+                    f"groups all wrong {p.groups_all_wrong}")
             if line != getattr(progress, "last", None):
                 print(f"[{clock.save():6.0f}s] {line}", file=sys.stderr, flush=True)
                 progress.last = line

@@ -20,7 +20,7 @@ from fakes import ScriptedBackend, default_learner, solve_text
 from gym_tf.config import OptimizeConfig
 from gym_tf.datasets import Problem, load_dataset
 from gym_tf.errors import ConfigError
-from gym_tf.display import library_table
+from gym_tf.display import library_table, progress_line
 from gym_tf.learner import OpRules, numbers_of, repeats_problem, summarize_prompt
 from gym_tf.library import (EMPTY_LIBRARY, AddOp, ExampleOp, LibraryVersion, apply_ops, copies_example, example_parts,
                             example_text)
@@ -712,16 +712,19 @@ def test_a_lesson_is_refused_for_repeating_the_text_a_problem_quotes(lesson, ref
         assert broken is None
 
 
-@pytest.mark.parametrize("skill, says", [(0.0, "answered none of its 64 training answers right"),
-                                         (1.0, "answered all of its 64 training answers right")])
-async def test_a_run_that_learned_nothing_says_why(store, skill, says):
+@pytest.mark.parametrize("skill, says, shown", [
+    (0.0, "answered none of its 64 training answers right", "groups 0 used 16 skipped (16 all wrong)"),
+    (1.0, "answered all of its 64 training answers right", "groups 0 used 16 skipped (16 all right)")])
+async def test_a_run_that_learned_nothing_says_why(store, skill, says, shown):
     """A family out of the model's reach (every answer wrong) or already solved (every answer right) leaves the
-    library empty; the run says which, instead of ending on an empty library in silence."""
+    library empty; the run says which, instead of ending on an empty library in silence, and its progress line
+    shows why groups were skipped while it goes."""
     backend = ScriptedBackend({p.problem: p.answer for p in load_dataset("quickstart")}, skill=skill)
     _, result = await run(store, backend)
     assert result.library.items == () and result.progress.groups_used == 0
     why = [n for n in result.progress.notes if n.startswith("nothing learned")]
     assert len(why) == 1 and says in why[0]
+    assert shown in progress_line(result.progress)
 
 
 async def test_a_run_that_learned_something_gives_no_nothing_learned_note(store, scripted):
