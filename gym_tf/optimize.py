@@ -58,6 +58,7 @@ class Progress:
     groups_all_right: int = 0  # skipped groups with every answer right: already solved
     ops_applied: int = 0
     ops_rejected: int = 0
+    candidates_refused: int = 0  # steps whose candidate the validation gate refused
     library_size: int = 0
     tokens: int = 0
     last_val: float | None = None
@@ -258,6 +259,7 @@ class Optimizer:
 
         # --- validate: keep the candidate only if it scores at least as well as the best so far
         status, evaluation, best_scores = await self._gate(candidate, library, step, best_scores)
+        self.progress.candidates_refused += status == "rejected"
 
         # --- record: version, op verdicts, step row and token counts in one transaction
         self._count_tokens()
@@ -546,10 +548,17 @@ class Optimizer:
         return Provenance(step=step, op="", problem_ids=tuple(problem_ids), rollout_ids=tuple(rollout_ids))
 
     def _why_nothing_learned(self) -> str | None:
-        """Why a run's library stayed empty, where the groups say it: every group all wrong (no verified answer to
-        keep, no contrast) or all right (nothing left to learn). A run resumed after its last step has no counts."""
+        """Why a run's library stayed empty, where the counts say it: every group all wrong (no verified answer to
+        keep, no contrast) or all right (nothing left to learn), or groups were learned from but nothing proposed
+        passed the op rules and the gate. A run resumed after its last step has no counts."""
         p = self.progress
-        if p.groups_used or not p.groups_skipped:
+        if p.groups_used:
+            return (f"nothing learned: {p.groups_used} groups had answers to contrast, yet the library ended empty: "
+                    f"{p.ops_applied} proposed items applied, {p.ops_rejected} refused by the op rules, "
+                    f"{p.candidates_refused} candidate versions refused by the validation gate (below the best "
+                    "version so far). Try a stronger learner (--learner-model-file, --learner-base-url) or more "
+                    "training problems")
+        if not p.groups_skipped:
             return None
         if p.groups_all_wrong == p.groups_skipped:
             return (f"nothing learned: the model answered none of its {p.rollouts} training answers right, and the "

@@ -549,6 +549,10 @@ async def test_validation_gate_rejects_a_worse_library(store, quickstart):
     assert statuses and set(statuses) == {"rejected"}
     assert result.library.items == ()
     assert "validate" in store.usage(result.run_id)
+    # the run says why its library is empty although it had groups to learn from: the gate refused every candidate
+    why = [n for n in result.progress.notes if n.startswith("nothing learned")]
+    assert result.progress.groups_used and len(why) == 1
+    assert f"{len(statuses)} candidate versions refused by the validation gate" in why[0]
 
 
 
