@@ -117,8 +117,8 @@ def diff_text(diff: LibraryDiff) -> Group:
 
 
 def progress_line(p: Progress) -> str:
-    """One line of a run's counters. Skipped groups say why while the run goes (all wrong: nothing to copy or
-    contrast), so a run with nothing to learn from shows it long before its end."""
+    """One line of a run's counters. Skipped groups say why while the run goes (all wrong: none of the model's
+    answers to keep or contrast), so a run with nothing to learn from shows it long before its end."""
     val = f" val {p.last_val:.3f}" if p.last_val is not None else ""
     why = [f"{n} {what}" for n, what in ((p.groups_all_wrong, "all wrong"), (p.groups_all_right, "all right")) if n]
     skipped = f"{p.groups_skipped} skipped" + (f" ({', '.join(why)})" if why else "")

@@ -58,7 +58,6 @@ class Progress:
     groups_all_right: int = 0  # skipped groups with every answer right: already solved
     ops_applied: int = 0
     ops_rejected: int = 0
-    candidates_refused: int = 0  # steps whose candidate the validation gate refused
     library_size: int = 0
     tokens: int = 0
     last_val: float | None = None
@@ -172,7 +171,7 @@ class Optimizer:
             with contextlib.suppress(StoreError):
                 self.store.finish_run(self.run_id, "failed", self._summary(library))
             raise
-        if not library.items and (reason := self._why_nothing_learned()):
+        if status == "finished" and not library.items and (reason := self._why_nothing_learned()):
             self.progress.notes.append(reason)
         held = problems_held_in(library, self.val_problems)
         if held:
@@ -198,7 +197,7 @@ class Optimizer:
             examples = self._worked_examples(step, batch, groups, learners, library)
 
         # --- skip homogeneous groups: all-equal rewards carry no relative signal (unless hard_groups says otherwise)
-        used, hard = [], []
+        used, hard, all_wrong, all_right = [], [], 0, 0
         for problem in batch:
             rewards = {r.reward for r in groups[problem.id] if r.reward is not None}
             if len(rewards) > 1:
@@ -206,9 +205,11 @@ class Optimizer:
             elif rewards == {0.0} and cfg.hard_groups == "reference" and problem.answer is not None:
                 hard.append(problem)
             elif rewards == {0.0}:
-                self.progress.groups_all_wrong += 1
+                all_wrong += 1
             elif rewards == {1.0}:
-                self.progress.groups_all_right += 1
+                all_right += 1
+        self.progress.groups_all_wrong += all_wrong
+        self.progress.groups_all_right += all_right
         self.progress.groups_used += len(used) + len(hard)
         self.progress.groups_skipped += len(batch) - len(used) - len(hard)
         self._notify()
@@ -259,11 +260,11 @@ class Optimizer:
 
         # --- validate: keep the candidate only if it scores at least as well as the best so far
         status, evaluation, best_scores = await self._gate(candidate, library, step, best_scores)
-        self.progress.candidates_refused += status == "rejected"
 
         # --- record: version, op verdicts, step row and token counts in one transaction
         self._count_tokens()
         stats = {"groups_used": len(learn_from), "groups_skipped": len(batch) - len(learn_from),
+                 "groups_all_wrong": all_wrong, "groups_all_right": all_right,
                  "mean_reward": _mean(r.reward for g in groups.values() for r in g),
                  "ops_applied": sum(v.accepted for v in verdicts), "ops_rejected": sum(not v.accepted for _, v in all_verdicts),
                  "val_mean": evaluation["val_mean"] if evaluation else None, "best_scores": best_scores,
@@ -548,25 +549,32 @@ class Optimizer:
         return Provenance(step=step, op="", problem_ids=tuple(problem_ids), rollout_ids=tuple(rollout_ids))
 
     def _why_nothing_learned(self) -> str | None:
-        """Why a run's library stayed empty, where the counts say it: every group all wrong (no verified answer to
-        keep, no contrast) or all right (nothing left to learn), or groups were learned from but nothing proposed
-        passed the op rules and the gate. A run resumed after its last step has no counts."""
-        p = self.progress
-        if p.groups_used:
-            return (f"nothing learned: {p.groups_used} groups had answers to contrast, yet the library ended empty: "
-                    f"{p.ops_applied} proposed items applied, {p.ops_rejected} refused by the op rules, "
-                    f"{p.candidates_refused} candidate versions refused by the validation gate (below the best "
-                    "version so far). Try a stronger learner (--learner-model-file, --learner-base-url) or more "
-                    "training problems")
-        if not p.groups_skipped:
+        """Why a run's library stayed empty, from its committed learning steps (a resumed run's included): every
+        group all wrong (no verified answer to keep, no contrast), every group all right (nothing left to learn),
+        or groups learned from whose proposals were all refused. None where a step kept something that a later
+        delete or the prune step removed (the prune step's note says so)."""
+        steps = [s for s in self.store.steps(self.run_id) if s["batch"] >= 0]
+        if not steps or any(s["version_after"] != s["version_before"] for s in steps):
             return None
-        if p.groups_all_wrong == p.groups_skipped:
-            return (f"nothing learned: the model answered none of its {p.rollouts} training answers right, and the "
+
+        def count(key: str) -> int:
+            return sum(s["stats"].get(key, 0) for s in steps)
+
+        used, skipped = count("groups_used"), count("groups_skipped")
+        answers = skipped * self.config.group_size
+        if used:
+            gate = (f"; the validation gate refused {sum(s['status'] == 'rejected' for s in steps)} candidate "
+                    "versions (below the best version so far)" if self.val_problems else "")
+            return (f"nothing learned: {used} groups were learned from, yet nothing proposed was kept: "
+                    f"{count('ops_rejected')} proposals refused by the op rules or as unreadable replies{gate}. "
+                    "Try a stronger learner (--learner-model-file, --learner-base-url) or more training problems")
+        if skipped and count("groups_all_wrong") == skipped:
+            return (f"nothing learned: the model answered none of its {answers} training answers right, and the "
                     "method learns from verified answers and from groups with right and wrong ones. Try easier "
                     "problems, a larger model (--model-file, --base-url), a learner model whose verified answers "
                     "become examples (--learner-examples with --learner-model-file), or --hard-groups reference")
-        if p.groups_all_right == p.groups_skipped:
-            return (f"nothing learned: the model answered all of its {p.rollouts} training answers right; these "
+        if skipped and count("groups_all_right") == skipped:
+            return (f"nothing learned: the model answered all of its {answers} training answers right; these "
                     "problems are already solved without a library")
         return None
 

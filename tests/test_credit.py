@@ -189,3 +189,22 @@ async def test_a_prune_step_cut_short_resumes_without_paying_twice(tmp_path, qui
     assert store.steps(run_id)[1]["stats"]["ablation"] == clean_store.steps(clean.run_id)[1]["stats"]["ablation"]
     paid = sum(c["n"] for c in backend.calls if c["stage"] == "solve")
     assert paid == 2 * 40 * 4 - stored
+
+
+async def test_a_library_the_prune_step_empties_is_not_called_nothing_learned(tmp_path, quickstart):
+    """A lesson the gate lets in on a tie and the prune step drops for no effect leaves the library empty; the run's
+    notes say it was pruned, not that nothing was learned."""
+    neutral = "Read the question once more before you answer it."
+
+    def one_neutral_lesson(stage, prompt, attempt=0):
+        if stage == "extract":
+            return json.dumps({"operations": [{"op": "add", "text": neutral}]})
+        return default_learner(stage, prompt, attempt)
+
+    store = RunStore(tmp_path / "ws")
+    result = await Optimizer(GATED, store, ReadsLessons({p.problem: p.answer for p in quickstart},
+                                                        learner=one_neutral_lesson)).run()
+    learned = store.version(store.steps(result.run_id)[0]["version_after"])
+    assert [i.text for i in learned.items] == [neutral] and result.library.items == ()
+    assert any(n.startswith("pruned 1 of 1") for n in result.progress.notes)
+    assert not any(n.startswith("nothing learned") for n in result.progress.notes)

@@ -552,7 +552,7 @@ async def test_validation_gate_rejects_a_worse_library(store, quickstart):
     # the run says why its library is empty although it had groups to learn from: the gate refused every candidate
     why = [n for n in result.progress.notes if n.startswith("nothing learned")]
     assert result.progress.groups_used and len(why) == 1
-    assert f"{len(statuses)} candidate versions refused by the validation gate" in why[0]
+    assert f"; the validation gate refused {len(statuses)} candidate versions" in why[0]
 
 
 
@@ -729,6 +729,19 @@ async def test_a_run_that_learned_nothing_says_why(store, skill, says, shown):
     why = [n for n in result.progress.notes if n.startswith("nothing learned")]
     assert len(why) == 1 and says in why[0]
     assert shown in progress_line(result.progress)
+    # resumed after its last step, the run counts from its stored steps, not from this process's empty counters
+    run_id, config = resume_config(store, result.run_id)
+    _, resumed = await run(store, backend, config, run_id=run_id)
+    assert resumed.progress.rollouts == 0 and [n for n in resumed.progress.notes if n.startswith("nothing")] == why
+
+
+async def test_a_run_stopped_by_its_token_budget_does_not_say_nothing_was_learned(store):
+    """An empty library after a budget stop says only that the budget stopped it: the steps it never ran might
+    have learned something."""
+    backend = ScriptedBackend({p.problem: p.answer for p in load_dataset("quickstart")}, skill=0.5)
+    _, result = await run(store, backend, SMALL.model_copy(update={"max_tokens": 1}))
+    assert result.status == "budget" and result.library.items == ()
+    assert result.progress.notes and not any(n.startswith("nothing learned") for n in result.progress.notes)
 
 
 async def test_a_run_that_learned_something_gives_no_nothing_learned_note(store, scripted):
