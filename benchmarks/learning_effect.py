@@ -1,7 +1,8 @@
 """Does a learned library make the frozen model better on problems it never saw? Per task family:
 
-    pick the family's difficulty (`--level auto`: probe reasoning-gym's levels from the easiest up, take the one the
-    model solves nearest `--level-aim`; see gym_tf/task_levels.py)
+    pick the family's difficulty (`--level auto`: probe reasoning-gym's level 0, then harder levels past one solved
+    too often or easier ones below 0 past one solved too rarely, take the one the model solves nearest
+    `--level-aim`; see gym_tf/task_levels.py)
     -> generate train / validation / test splits (reasoning-gym, one generator stream, disjoint by problem text;
        or the bundled quickstart set)
     -> `optimize` on train, validation-gated, ending with its prune step (each item left out on validation)
@@ -293,7 +294,8 @@ async def screen(families: list[str], args: argparse.Namespace, out: Path) -> li
     the splits, `SCREEN_PROBLEMS` problems x 2 answers, no library, on a generator seed of its own (none of a run's
     problems). Solved: the grader's full score. Cut: answers that ran to the token cap. The method needs some
     answers right (a worked example to keep, a group to contrast); `--level auto` can climb from a family solved
-    often, but below level 0 there is nothing easier."""
+    often, and go below level 0 (easier than any of reasoning-gym's levels) from one solved too rarely, so a 0.00
+    here does not mean a run will find nothing."""
     backend = await make_backend(BackendConfig(base_url=args.base_url, model=args.model, model_file=args.model_file,
                                                api_key=args.api_key))
     sampling = RolloutConfig(max_completion_tokens=args.max_completion_tokens).sampling()
@@ -486,9 +488,12 @@ def level_text(c: dict) -> str:
     aim = f", aim {probes['aim']['target']:.2f}" if "aim" in probes else ""
     skipped = sorted(int(s) for s in probes.get("too_few") or ())
     passed_over = f"{level_span(skipped)}: too few problems; " if skipped else ""
-    first = f"level {min(probes['rates'], key=int)} " if skipped else ""
-    return (level + " (" + passed_over + f"probe {first}"
-            + "/".join(f"{r:.2f}" for r in probes["rates"].values()) + aim + f"; {probes['tokens']:,} tok)")
+    rates = probes["rates"]
+    if any(int(probed) < 0 for probed in rates):  # probed down from level 0: each rate names its level
+        read = ", ".join(f"level {probed} {rate:.2f}" for probed, rate in rates.items())
+    else:
+        read = (f"level {min(rates, key=int)} " if skipped else "") + "/".join(f"{r:.2f}" for r in rates.values())
+    return level + " (" + passed_over + "probe " + read + aim + f"; {probes['tokens']:,} tok)"
 
 
 def level_span(levels: list[int]) -> str:
@@ -825,9 +830,10 @@ def minutes_arg(text: str) -> float | None:
 
 
 def level_arg(text: str) -> str:
-    if text in ("auto", "default") or (text.isdigit()):
+    if text in ("auto", "default") or (text.lstrip("-").isdigit() and int(text) >= task_levels.MIN_LEVEL):
         return text
-    raise argparse.ArgumentTypeError(f"{text!r}: `auto`, `default` or a level number (0 the easiest)")
+    raise argparse.ArgumentTypeError(f"{text!r}: `auto`, `default` or a level number ({task_levels.MIN_LEVEL} the "
+                                     "easiest; below 0, easier than reasoning-gym's own levels)")
 
 
 def arguments() -> argparse.ArgumentParser:
@@ -879,12 +885,15 @@ def arguments() -> argparse.ArgumentParser:
     parser.add_argument("--max-completion-tokens", type=int, default=256)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--level", default="auto", type=level_arg,
-                        help="reasoning-gym difficulty: `auto` (probe levels 0, 1, ... and take the one solved nearest "
-                             "the aim), `default` (the generator's own settings), or a level number")
+                        help="reasoning-gym difficulty: `auto` (probe level 0, then 1, 2, ... or -1, -2 and take the "
+                             "one solved nearest the aim), `default` (the generator's own settings), or a level number "
+                             "(below 0: easier than reasoning-gym's level 0, see gym_tf/task_levels.py)")
     parser.add_argument("--level-aim", choices=AIMS, default="band",
                         help="with --level auto, where to aim (`half`: the rule of the runs before 2026-11-24): "
                              + "; ".join(f"`{name}` the level solved nearest {a.target}, climbing past levels solved "
-                                         f"more than {a.ceiling}, {a.problems} probe problems"
+                                         f"more than {a.ceiling}"
+                                         + (f", below level 0 past one solved less than {a.floor}" if a.floor else "")
+                                         + f", {a.problems} probe problems"
                                          for name, a in AIMS.items()))
     parser.add_argument("--base-url")
     parser.add_argument("--model")

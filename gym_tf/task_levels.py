@@ -7,6 +7,15 @@ per level, from level 0 up, climbing past levels solved too often, and picks the
 (answers fully right) is nearest its `Aim`. The probe problems come from their own generator seed, and `split`
 leaves out every problem the probes showed.
 
+Below level 0 (`MIN_LEVEL` to -1) the problems are easier than any of reasoning-gym's: each attribute of the
+curriculum steps from its level-0 value away from its level-1 value, by the square root of their ratio per level
+(number_sorting's 10 to 100 numbers become 3 to 32 at level -1 and 1 to 10 at level -2; largest_island's 5 x 5 grid
+2 x 2, then 1 x 1). An attribute the generator refuses at that value (jugs needs three jugs) stays at level 0's.
+`AIM` descends there when level 0 is solved less often than its `floor`, 0.05 (at most 1 of its 32 probe answers
+right): of 16 families drawn at random on 2026-12-01, the 0.5B solved none at level 0, so the method had no verified
+answer and no mixed group to learn from. The floor stays below 0.06, the probe of aiw and fraction_simplification at
+level 0, where both gained.
+
 Where to aim was measured, not derived. The first aim was one half, where a group of G answers is most often mixed
 (`FIRST_AIM`). In the benchmark's 12 runs on clean splits, the library gained beyond noise in every run whose
 no-library Mean@4 on the test split lay between 0.18 and 0.46 (5 of 5) and in none outside (0 of 7); above the
@@ -44,16 +53,19 @@ NO_SINGLE_ANSWER = "any answer the grader accepts (this problem has no single an
 
 @dataclass(frozen=True)
 class Aim:
-    """Probe past levels solved more often than `ceiling`; take the probed level solved nearest `target`."""
+    """Probe past levels solved more often than `ceiling` (up) or less often than `floor` (down from level 0); take
+    the probed level solved nearest `target`."""
 
     target: float
     ceiling: float
     problems: int  # probe problems per level (2 samples each)
     max_probes: int
+    floor: float = 0.0  # 0: never below level 0 (the rule of the runs before 2026-12-02)
 
 
-AIM = Aim(target=0.3, ceiling=0.45, problems=16, max_probes=6)
+AIM = Aim(target=0.3, ceiling=0.45, problems=16, max_probes=6, floor=0.05)
 FIRST_AIM = Aim(target=0.5, ceiling=0.8, problems=8, max_probes=4)  # the rule of the benchmark's runs to 2026-11-24
+MIN_LEVEL = -2
 
 
 # sokoban's generator ran past 10 minutes on 62 problems at level 0 (2-core AMD EPYC): a family that slow is reported
@@ -74,15 +86,47 @@ def max_level(family: str) -> int:
 
 
 def level_config(family: str, level: int) -> dict[str, Any]:
-    """The generator's settings at `level` (every attribute at that level, or its highest)."""
+    """The generator's settings at `level` (every attribute at that level, or its highest); below 0, easier than
+    level 0 (`easier_config`)."""
     from reasoning_gym.factory import create_curriculum
 
-    if level < 0:
-        raise ValueError(f"level must be 0 or more, not {level}")
+    if level < MIN_LEVEL:
+        raise ValueError(f"level must be {MIN_LEVEL} or more, not {level}")
     curriculum = create_curriculum(family)
-    curriculum.set_global_level(level)
-    config = vars(curriculum.generate_configuration({}))
-    return {k: v for k, v in config.items() if k not in ("seed", "size")}
+    curriculum.set_global_level(max(level, 0))
+    config = {k: v for k, v in vars(curriculum.generate_configuration({})).items() if k not in ("seed", "size")}
+    return easier_config(family, curriculum, config, -level) if level < 0 else config
+
+
+def easier_config(family: str, curriculum: Any, config: dict[str, Any], depth: int) -> dict[str, Any]:
+    """Level 0's `config` made `depth` steps easier: each attribute's fields scaled by (level 0 / level 1) ** (depth
+    / 2), the direction its curriculum grows in, reversed. A field the generator refuses at its new value (its
+    config's own checks, tried on a few problems) keeps level 0's."""
+    import reasoning_gym
+
+    easier = dict(config)
+    for attribute in curriculum.attributes.values():
+        first, second = attribute.levels[:2]
+        fields = [getattr(attribute, name, None) for name in ("lower_field_name", "upper_field_name", "field_name")]
+        trial = {**easier, **{f: stepped(easier[f], first, second, depth) for f in fields if f in easier}}
+        try:
+            list(reasoning_gym.create_dataset(family, size=4, seed=0, **trial))
+        except Exception:  # noqa: BLE001 - the generator's own refusal of a value, of any type
+            continue
+        easier = trial
+    return easier
+
+
+def stepped(value: Any, first: Any, second: Any, depth: int) -> Any:
+    """`value` scaled by (first / second) ** (depth / 2); an int stays an int and keeps its sign (3 jugs, not 0).
+    Values that are not numbers, or levels that do not scale (a sign change, a zero level 1) stay as they are."""
+    numbers = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (value, first, second))
+    if not numbers or second == 0 or first == second or first / second < 0:
+        return value
+    scaled = value * (first / second) ** (depth / 2)
+    if isinstance(value, float):
+        return scaled
+    return round(scaled) or (1 if value > 0 else -1 if value < 0 else 0)
 
 
 class GenerationError(RuntimeError):
@@ -207,10 +251,14 @@ def choose(rates: dict[int, float], aim: Aim = AIM) -> int:
     return min(rates, key=lambda level: (round(abs(rates[level] - aim.target), 9), level))
 
 
-def keep_climbing(rates: dict[int, float], top: int, aim: Aim = AIM) -> bool:
-    """Probe the next level while the last one was solved too often and a harder one exists."""
-    last = max(rates)
-    return rates[last] > aim.ceiling and last < top
+def next_level(level: int, rate: float, top: int, aim: Aim = AIM) -> int | None:
+    """The level to probe after `level` read `rate`: a harder one past a level solved too often (from level 0 up),
+    an easier one past a level solved too rarely (from level 0 down), else none: choose."""
+    if rate > aim.ceiling and 0 <= level < top:
+        return level + 1
+    if rate < aim.floor and MIN_LEVEL < level <= 0:
+        return level - 1
+    return None
 
 
 @dataclass
@@ -234,9 +282,10 @@ def has_problems(family: str, level: int, needed: int, seed: int) -> bool:
 async def calibrate(backend: Backend, family: str, seed: int, sampling: Sampling, folder: Path, aim: Aim = AIM,
                     samples: int = 2, on_probe: Callable[[int, float], None] | None = None,
                     needed: int = 0) -> Calibration:
-    """Probe levels 0, 1, ... (no library, `aim.problems` x `samples` each) until one is not solved too often (or
-    `aim.max_probes` were probed), and choose. With `needed` (the splits' problems), a level whose generator cannot
-    make that many distinct problems besides the probe's is passed over unprobed: coin_flip's level 0 has 8
+    """Probe level 0, then up past levels solved too often or down past levels solved too rarely (`next_level`; no
+    library, `aim.problems` x `samples` each), at most `aim.max_probes` levels, and choose. With `needed` (the
+    splits' problems), a level whose generator cannot make that many distinct problems besides the probe's is passed
+    over unprobed, and so is a level it fails at: the next one the same way is tried. coin_flip's level 0 has 8
     problems, and a run that chose it stopped at its splits after paying for the probe."""
     from rewards import load_reward
 
@@ -246,16 +295,23 @@ async def calibrate(backend: Backend, family: str, seed: int, sampling: Sampling
     too_few: list[int] = []
     tokens = 0
     unmade: GenerationError | None = None
-    for level in range(top + 1):
+    level: int | None = 0
+    step = 1  # the way past a level passed over: up from level 0, on down once descending
+    while level is not None and MIN_LEVEL <= level <= top and len(rates) < aim.max_probes:
         path = folder / f"probe-level{level}.jsonl"
         try:
+            if level < 0 and level_config(family, level) == level_config(family, level + 1):
+                level += step  # chain_sum's level -1 is its level 0 (two terms either way): nothing new to probe
+                continue
             if needed and not has_problems(family, level, needed + aim.problems, seed):
                 too_few.append(level)
+                level += step
                 continue
             write(family, aim.problems, seed, path, level)
         except GenerationError as error:  # a level the generator fails at: the others may work, probes stay paid for
             print(f"{family}: level {level} passed over: {error}", file=sys.stderr)
             unmade = error
+            level += step
             continue
         report = await evaluate(backend, load_dataset(str(path)), reward, samples, sampling, seed=seed)
         # fully right answers only: a worked example needs one, and partial credit (gcd's grader gives some to
@@ -265,8 +321,9 @@ async def calibrate(backend: Backend, family: str, seed: int, sampling: Sampling
         tokens += report.prompt_tokens + report.completion_tokens
         if on_probe:
             on_probe(level, rates[level])
-        if not keep_climbing(rates, top, aim) or len(rates) >= aim.max_probes:
-            break
+        following = next_level(level, rates[level], top, aim)
+        step = -1 if following is not None and following < level else step
+        level = following
     if not rates and unmade:
         raise unmade
     if not rates:

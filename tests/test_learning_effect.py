@@ -351,7 +351,12 @@ def test_the_level_column_shows_the_probes_and_the_levels_passed_over(bench):
     assert bench.level_text(skipped) == "2 (levels 0-1: too few problems; probe level 2 0.25, aim 0.30; 5,000 tok)"
     skipped["probes"]["too_few"] = [3]
     assert bench.level_text(skipped).startswith("2 (level 3: too few problems; probe level 2 0.25")
+    below = {"level": -1, "probes": {"rates": {"0": 0.0, "-1": 0.06}, "aim": {**aim, "floor": 0.05}, "tokens": 9000}}
+    assert bench.level_text(below) == "-1 (probe level 0 0.00, level -1 0.06, aim 0.30; 9,000 tok)"
     assert bench.level_span([0, 1, 2, 3, 4]) == "levels 0-4" and bench.level_span([0, 2]) == "levels 0, 2"
+    assert bench.arguments().parse_args(["--level", "-2"]).level == "-2"
+    with pytest.raises(SystemExit):
+        bench.arguments().parse_args(["--level", "-3"])
     assert bench.level_text({"level": 1}) == "1" and bench.level_text({}) == "default"
 
 

@@ -36,18 +36,66 @@ def test_the_level_solved_nearest_the_aim_is_chosen(rates, aim, level):
     assert task_levels.choose(rates, aim) == level
 
 
-@pytest.mark.parametrize("rates, top, aim, climb", [
-    ({0: 0.9}, 5, task_levels.FIRST_AIM, True),
-    ({0: 1.0, 1: 0.8}, 5, task_levels.FIRST_AIM, False),  # at the ceiling: learnable
-    ({0: 0.3}, 5, task_levels.FIRST_AIM, False),
-    ({0: 1.0, 1: 1.0}, 1, task_levels.FIRST_AIM, False),  # no harder level exists
-    ({0: 0.62}, 5, task_levels.FIRST_AIM, False),
-    ({0: 0.62}, 5, task_levels.AIM, True),  # above the band's ceiling
-    ({0: 0.94, 1: 0.44}, 5, task_levels.AIM, False),
-    ({0: 0.94, 1: 0.5}, 5, task_levels.AIM, True),
+@pytest.mark.parametrize("level, rate, top, aim, following", [
+    (0, 0.9, 5, task_levels.FIRST_AIM, 1),
+    (1, 0.8, 5, task_levels.FIRST_AIM, None),  # at the ceiling: learnable
+    (0, 0.3, 5, task_levels.FIRST_AIM, None),
+    (1, 1.0, 1, task_levels.FIRST_AIM, None),  # no harder level exists
+    (0, 0.62, 5, task_levels.FIRST_AIM, None),
+    (0, 0.62, 5, task_levels.AIM, 1),  # above the band's ceiling
+    (1, 0.44, 5, task_levels.AIM, None),
+    (1, 0.5, 5, task_levels.AIM, 2),
+    (0, 0.0, 5, task_levels.FIRST_AIM, None),  # the rule before levels below 0: level 0 is the easiest
+    (0, 0.0, 5, task_levels.AIM, -1),  # solved too rarely: an easier level
+    (-1, 0.03, 5, task_levels.AIM, -2),
+    (-1, 0.1, 5, task_levels.AIM, None),
+    (-2, 0.0, 5, task_levels.AIM, None),  # no easier level exists
+    (0, 0.06, 5, task_levels.AIM, None),  # aiw and fraction_simplification probed 0.06 at level 0 and gained there
+    (-1, 0.9, 5, task_levels.AIM, None),  # never back up past the level 0 it came down from
+    (2, 0.0, 5, task_levels.AIM, None),  # never down past the level 1 it climbed from
 ])
-def test_probing_climbs_only_past_levels_solved_too_often(rates, top, aim, climb):
-    assert task_levels.keep_climbing(rates, top, aim) is climb
+def test_probing_climbs_past_levels_solved_too_often_and_descends_past_level_0_solved_too_rarely(
+        level, rate, top, aim, following):
+    assert task_levels.next_level(level, rate, top, aim) == following
+
+
+def numbers(row: dict) -> int:
+    """How many numbers a number_sorting problem sorts, as its generator recorded it."""
+    return json.loads(row["rg_entry"])["metadata"]["numbers"]
+
+
+def test_levels_below_0_are_easier_than_the_curriculum_and_their_problems_follow_them():
+    """number_sorting's level 0 sorts 10 to 100 numbers; the 0.5B sorted none of 16 such lists (2026-12-01)."""
+    level0, below1, below2 = (task_levels.level_config("number_sorting", n) for n in (0, -1, -2))
+    assert (level0["min_numbers"], level0["max_numbers"]) == (10, 100)
+    assert (below1["min_numbers"], below1["max_numbers"]) == (3, 32)  # 10 and 100 x sqrt(10 / 100)
+    assert (below2["min_numbers"], below2["max_numbers"]) == (1, 10)
+    assert below2["max_value"] < below1["max_value"] < level0["max_value"]
+    assert below1["max_decimals"] == level0["max_decimals"]  # 0 and 1 decimals at level 0: 1 x (0 / 1) stays put
+    assert max(numbers(r) for r in task_levels.rows("number_sorting", 12, 5, -2)) <= 10
+    assert min(numbers(r) for r in task_levels.rows("number_sorting", 12, 5, 0)) >= 10
+    # a value the generator refuses keeps level 0's: jugs asserts more than 2 jugs, and 3 x sqrt(3 / 4) rounds to 3
+    # anyway at level -1, but to 2 (refused) at level -2
+    assert task_levels.level_config("jugs", -2)["num_jugs"] == task_levels.level_config("jugs", 0)["num_jugs"] == 3
+    assert task_levels.level_config("jugs", -2)["difficulty"] < task_levels.level_config("jugs", 0)["difficulty"]
+    with pytest.raises(ValueError, match="level must be -2 or more"):
+        task_levels.level_config("number_sorting", -3)
+
+
+@pytest.mark.parametrize("value, first, second, depth, easier", [
+    (10, 10, 100, 2, 1),
+    (100, 10, 100, 1, 32),
+    (0.5, 0.5, 0.25, 2, 1.0),  # binary_matrix's p_zero falls as it gets harder: easier is more zeros
+    (-100, -100, -500, 2, -20),
+    (1, 2, 5, 2, 1),  # an int never rounds to 0: 1 x 0.4 is 0.4, still one island
+    (-1, -2, -5, 2, -1),
+    (0, 0, 1, 1, 0),
+    (5, 5, 5, 1, 5),  # a level that does not change
+    (3, -1, 1, 1, 3),  # a sign change: no scale
+    (("+",), ("+",), ("+", "-"), 1, ("+",)),
+])
+def test_a_value_steps_below_level_0_by_the_ratio_of_levels_0_and_1(value, first, second, depth, easier):
+    assert task_levels.stepped(value, first, second, depth) == easier
 
 
 def test_a_level_sets_the_generator_and_its_problems_follow_it():
@@ -57,8 +105,6 @@ def test_a_level_sets_the_generator_and_its_problems_follow_it():
     assert harder["max_terms"] > easiest["max_terms"] and harder["max_digits"] > easiest["max_digits"]
     assert {terms(r["problem"]) for r in task_levels.rows("chain_sum", 12, 5, 0)} == {2}
     assert max(terms(r["problem"]) for r in task_levels.rows("chain_sum", 40, 5, 3)) > 2
-    with pytest.raises(ValueError, match="level must be 0 or more"):
-        task_levels.level_config("chain_sum", -1)
     # no level: the generator's own settings, as the benchmark's earlier rows used
     assert task_levels.rows("chain_sum", 3, 5) == task_levels.rows("chain_sum", 3, 5, None)
     assert task_levels.rows("chain_sum", 3, 5) != task_levels.rows("chain_sum", 3, 5, 0)
@@ -134,11 +180,55 @@ def half_credit(completions, **_):
 
 async def test_partial_credit_is_not_counted_as_solved(tmp_path, monkeypatch):
     monkeypatch.setattr(task_levels, "REWARD", "test_task_levels:half_credit")
-    answers = {r["problem"]: r["answer"] for level in range(6)
+    answers = {r["problem"]: r["answer"] for level in range(-2, 6)
                for r in task_levels.rows("chain_sum", task_levels.AIM.problems, 11, level)}
     result = await task_levels.calibrate(TermCounter(answers, reach=99), "chain_sum", 11, Sampling(max_tokens=32),
                                          tmp_path)
-    assert result.rates == {0: 0.0} and result.level == 0  # mean reward 0.5, yet no answer was fully right
+    # mean reward 0.5, yet no answer was fully right: down to level -2 (-1 is chain_sum's level 0), the easier of
+    # two levels as far from the aim
+    assert result.rates == {0: 0.0, -2: 0.0} and result.level == -2
+
+
+class NumberCounter:
+    """Sorts right exactly the number_sorting problems of at most `reach` numbers."""
+
+    model = "number-counter"
+
+    def __init__(self, rows: list[dict], reach: int):
+        self.rows, self.reach = {r["problem"]: r for r in rows}, reach
+
+    async def generate(self, messages, n=1, **sampling) -> Generation:
+        row = self.rows[messages[-1]["content"]]
+        answer = row["answer"] if numbers(row) <= self.reach else "[]"
+        return Generation([Choice(text=f"\\boxed{{{answer}}}", finish_reason="stop", completion_tokens=3)] * n,
+                          10 * n, 3 * n, 0.0)
+
+    async def aclose(self) -> None:
+        pass
+
+
+async def test_calibration_descends_below_level_0_when_it_is_solved_too_rarely(tmp_path):
+    """The draw of 2026-12-01: the 0.5B solved none of 16 families at level 0. A model that sorts at most 4 numbers
+    solves none of level 0's (10 or more) and few of level -1's (3 to 32); the probe goes on down to level -2 (1 to
+    10), chooses the level nearest the aim, and the splits come from it."""
+    seed = 13
+    made = [r for level in (0, -1, -2) for r in task_levels.rows("number_sorting", task_levels.AIM.problems, seed, level)]
+    seen = []
+    result = await task_levels.calibrate(NumberCounter(made, reach=4), "number_sorting", seed, Sampling(max_tokens=32),
+                                         tmp_path, on_probe=lambda level, rate: seen.append(level))
+    truth = {}
+    for level in result.rates:
+        written = [json.loads(line) for line in (tmp_path / f"probe-level{level}.jsonl").read_text().splitlines()]
+        truth[level] = sum(numbers(r) <= 4 for r in written) / len(written)
+    assert seen == [0, -1, -2] and result.rates == truth
+    assert truth[0] == 0.0 and truth[-1] < task_levels.AIM.floor < truth[-2]
+    assert result.level == -2 == task_levels.choose(result.rates)
+    drawn = task_levels.split("number_sorting", {"train": 16}, seed, result.level)["train"]
+    assert max(numbers(r) for r in drawn) <= 10
+    # the rule before levels below 0 stops at level 0, as the runs to 2026-12-01 did
+    before = task_levels.Aim(target=0.3, ceiling=0.45, problems=16, max_probes=6)
+    assert (await task_levels.calibrate(NumberCounter(made, reach=4), "number_sorting", seed, Sampling(max_tokens=32),
+                                        tmp_path, before)).rates == {0: 0.0}
 
 
 def test_neighbouring_generator_seeds_share_problems_so_splits_come_from_one_stream():
