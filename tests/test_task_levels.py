@@ -71,7 +71,7 @@ def test_levels_below_0_are_easier_than_the_curriculum_and_their_problems_follow
     assert (below1["min_numbers"], below1["max_numbers"]) == (3, 32)  # 10 and 100 x sqrt(10 / 100)
     assert (below2["min_numbers"], below2["max_numbers"]) == (1, 10)
     assert below2["max_value"] < below1["max_value"] < level0["max_value"]
-    assert below1["max_decimals"] == level0["max_decimals"]  # 0 and 1 decimals at level 0: 1 x (0 / 1) stays put
+    assert below1["max_decimals"] == level0["max_decimals"] == 1  # 1 x (0 / 1) ** 0.5 is 0: an int not 0 stays 1 or more
     assert max(numbers(r) for r in task_levels.rows("number_sorting", 12, 5, -2)) <= 10
     assert min(numbers(r) for r in task_levels.rows("number_sorting", 12, 5, 0)) >= 10
     # a value the generator refuses keeps level 0's: jugs asserts more than 2 jugs, and 3 x sqrt(3 / 4) rounds to 3
