@@ -20,7 +20,10 @@ the time; at one epoch, the default for part of 2026-11-29, its first runs misse
 a learning time limit keeps a family near the hour on slower CPUs: the optimizer starts no learning step after
 `--learn-minutes` (30) of learning, finishes the one under way and still ends with its prune step (on a 2-core Zen 5
 EPYC, 16 problems over two epochs learned for 5 to 17 min in nine runs, 48 for 26 to 42 in nine; whole families at 16
-took up to 60 min on an AVX2 EPYC). Any OpenAI-compatible backend runs it for a larger model.
+took up to 60 min on an AVX2 EPYC). `--hinted-examples N` (or `auto`: 2 where the level chosen was solved under the
+aim's floor in its probe) also tells the model the reference answer of each training problem it gave no example of,
+and a right answer that does not say it was told can be the worked example; off by default, not shown to help.
+Any OpenAI-compatible backend runs it for a larger model.
 
     python benchmarks/learning_effect.py --families leg_counting,gcd --out bench-out
     python benchmarks/learning_effect.py --families leg_counting,gcd --out bench-out --resume   # after a stop
@@ -70,6 +73,7 @@ ARCHIVE = Path(__file__).resolve().parent / "results" / "learning_effect.json"
 README = Path(__file__).resolve().parents[1] / "README.md"
 TABLE_MARK = "<!-- learning-effect-table -->"
 AIMS = {"band": task_levels.AIM, "half": task_levels.FIRST_AIM}
+HINTED_ANSWERS = 2  # `--hinted-examples auto`: answers told the reference answer, per problem without an example
 # the training-set size of every run before --train was varied (and the default still): rows that did not record
 # their size ran it, unless their label names another
 FIRST_TRAIN = 16
@@ -130,7 +134,8 @@ NOT_SETTINGS = frozenset({"resume", "out", "report", "plot", "screen", "archive"
 # settings added after runs were recorded, with the value those runs had
 LATER_SETTINGS = {"examples_per_answer": "None", "refuse_copied_examples": "False", "test_examples": "None",
                   "test_first": "None", "test_epochs": "False",
-                  "refuse_answer_in_problem": "False", "learn_minutes": "None"}
+                  "refuse_answer_in_problem": "False", "learn_minutes": "None",
+                  "hinted_examples": "0"}
 # settings since removed (each sample shown its own examples: no gain in three A/Bs), with the value that runs without
 # them had: a run recorded with that value resumes as it was
 RETIRED_SETTINGS = {"test_vary": "False", "vary_examples": "False"}
@@ -234,7 +239,8 @@ async def one_family(family: str, args: argparse.Namespace, out: Path) -> dict:
             batch_size=args.batch_size, group_size=args.group_size, seed=args.seed, summarize=args.summarize,
             hard_groups=args.hard_groups, examples_per_prompt=args.examples, worked_examples=args.examples > 0,
             retrieve_lessons=args.retrieve_lessons, rollout=rollout, backend=backend_config, learner=learner_config,
-            prune=args.prune, learner_examples=args.learner_examples, examples_per_answer=args.examples_per_answer,
+            prune=args.prune, learner_examples=args.learner_examples, hinted_examples=hinted_examples(args, calibration),
+            examples_per_answer=args.examples_per_answer,
             refuse_copied_examples=args.refuse_copied_examples, refuse_answer_in_problem=args.refuse_answer_in_problem,
             learn_minutes=args.learn_minutes,
         )
@@ -281,6 +287,7 @@ async def one_family(family: str, args: argparse.Namespace, out: Path) -> dict:
                             wall_s=clock(), resumed=clock.resumed, settings=settings(args),
                             library=[i.model_dump(mode="json") for i in result.library.items],
                             prune=prune_effect(prune, others), against_learned=others,
+                            hinted_examples=config.hinted_examples,
                             learning_steps=learning_steps)
     comparison.write(folder / "comparison.json")
     # recorded in the run's workspace as `gym-tf eval` records its own, so the studio shows it beside the run
@@ -475,7 +482,9 @@ def row(c: dict) -> dict:
             "learning_tokens": learned["tokens"]["learning"], "wall_min": c["wall_s"] / 60, "cpu": c.get("cpu"),
             # the learning steps run and planned, and the time limit (recorded since 2026-11-30)
             "learning_steps": c.get("learning_steps"), "learn_minutes": minutes_arg(c["settings"].get("learn_minutes",
-                                                                                                    "none"))}
+                                                                                                    "none")),
+            # the answers per problem told the reference answer (recorded since 2026-12-02; None before: 0)
+            "hinted_examples": c.get("hinted_examples")}
 
 
 def level_text(c: dict) -> str:
@@ -829,6 +838,23 @@ def minutes_arg(text: str) -> float | None:
     return minutes
 
 
+def hinted_arg(text: str) -> str:
+    if text == "auto" or (text.isdigit() and int(text) <= 16):
+        return text
+    raise argparse.ArgumentTypeError(f"{text!r}: `auto` or a number of answers from 0 to 16")
+
+
+def hinted_examples(args: argparse.Namespace, calibration: task_levels.Calibration | None) -> int:
+    """`--hinted-examples`: a number, or (auto) `HINTED_ANSWERS` where the probe of the level chosen solved under the
+    aim's floor. There the model's own answers give next to no worked example: told the answer, the 0.5B reached it
+    in 6 of 16 answers on count_bits at level -1, where it reached it in none of 16 untold (a scratch probe, AMD EPYC,
+    2026-12-02), though in 0 of 16 on number_sorting at level 0."""
+    if args.hinted_examples != "auto":
+        return int(args.hinted_examples)
+    rate = calibration.rates.get(calibration.level) if calibration else None
+    return HINTED_ANSWERS if rate is not None and rate < calibration.aim.floor else 0
+
+
 def level_arg(text: str) -> str:
     if text in ("auto", "default") or (text.lstrip("-").isdigit() and int(text) >= task_levels.MIN_LEVEL):
         return text
@@ -863,6 +889,11 @@ def arguments() -> argparse.ArgumentParser:
     parser.add_argument("--learner-examples", type=int, default=0,
                         help="where no answer of the policy is fit to show, the learner's answers (this many) can be "
                              "the worked example")
+    parser.add_argument("--hinted-examples", type=hinted_arg, default="0",
+                        help="where no answer of the policy is fit to show, its answers told the reference answer "
+                             "(this many) can be the worked example; auto: 2 where the level chosen was solved under "
+                             "the aim's floor in its probe (the model solves almost nothing), else 0; off by "
+                             "default: not shown to help (count_bits seed 78)")
     parser.add_argument("--summarize", action=argparse.BooleanOptionalAction, default=False)
     parser.add_argument("--hard-groups", default="skip")
     parser.add_argument("--prune", action=argparse.BooleanOptionalAction, default=True,

@@ -274,6 +274,9 @@ def optimize(
     learner_examples: Annotated[int, typer.Option(help="where the model answered a problem right in no showable way, "
                                                        "the learner answers it N times; a verified answer becomes "
                                                        "the worked example")] = 0,
+    hinted_examples: Annotated[int, typer.Option(help="where no answer to a problem is fit to show, the model answers "
+                                                      "it N times told its reference answer; a verified answer that "
+                                                      "does not say it was told becomes the worked example")] = 0,
     temperature: float = 0.7,
     summarize: Annotated[bool, typer.Option(
         help="summarize each rollout first (the paper's design; off by default: on the 0.5B it cost 19% more "
@@ -333,7 +336,7 @@ def optimize(
             retrieve_lessons=retrieve_lessons, examples_per_prompt=examples_per_prompt, worked_examples=worked_examples,
             examples_per_answer=examples_per_answer, refuse_copied_examples=refuse_copied_examples,
             refuse_answer_in_problem=refuse_answer_in_problem,
-            learner_examples=learner_examples, summarize=summarize,
+            learner_examples=learner_examples, hinted_examples=hinted_examples, summarize=summarize,
             hard_groups=hard_groups,
             rollout=RolloutConfig(temperature=temperature, max_completion_tokens=max_completion_tokens),
             backend=backend_config(backend, base_url, model, api_key, model_file, concurrency, timeout), learner=learner,

@@ -80,6 +80,10 @@ class OptimizeConfig(BaseModel):
     learner_examples: int = Field(0, ge=0, le=16, description="where none of the model's answers to a problem is fit "
                                   "to show, the learner answers it this many times and a verified answer becomes the "
                                   "worked example (0: off; meant for a stronger learner)")
+    hinted_examples: int = Field(0, ge=0, le=16, description="where no answer to a problem (the model's, nor the "
+                                 "learner's) is fit to show, the model answers it this many times told its reference "
+                                 "answer (STaR's rationalization), and a verified answer that does not say it was told "
+                                 "becomes the worked example (0: off; for a model that solves almost nothing)")
     val_dataset: str | None = Field(None, description="held-out problems; a step is kept only if it scores at least as well on them")
     val_samples: int = Field(4, ge=1, description="samples per validation problem")
     prune: bool = Field(False, description="after the last step, leave each item out in turn on validation (its "
@@ -113,6 +117,8 @@ class OptimizeConfig(BaseModel):
             del data["prune"]  # likewise for runs without the prune step
         if not self.learner_examples:
             del data["learner_examples"]  # and for runs where the learner answers no problem
+        if not self.hinted_examples:
+            del data["hinted_examples"]  # and for runs that never tell the model an answer
         if self.examples_per_answer is None:
             del data["examples_per_answer"]  # and for runs with no cap on examples per answer
         if not self.refuse_copied_examples:

@@ -473,6 +473,17 @@ def shows_unrun_output(text: str) -> bool:
     return bool(_OUTPUT_FENCE.search(text))
 
 
+# words by which an answer asked with its reference answer shown (`hint.txt`) lets on that it was told: such working
+# reads "as given" where a worked example must reach the answer by itself
+_HINT_WORDS = re.compile(r"\b(hint|hinted|told|given (?:final )?answer|correct (?:final )?answer|reference answer|"
+                         r"we (?:are|were) given that the answer)\b", re.IGNORECASE)
+
+
+def mentions_hint(text: str) -> bool:
+    """Whether an answer asked with its reference answer shown says so (`_HINT_WORDS`)."""
+    return bool(_HINT_WORDS.search(text))
+
+
 COPY_SIMILARITY = 0.8  # difflib's ratio over words at which an answer counts as a worked example's solution again
 
 

@@ -31,10 +31,12 @@ from gym_tf.learner import (JudgeCalls, LearnerCalls, OpRules, StageReply, conso
                              summarize_prompt)
 from gym_tf.library import (MAX_EXAMPLE_CHARS, DeleteOp, ExampleOp, Experience, LibraryVersion, OpVerdict,
                              Provenance, answer_in_problem, apply_ops, copies_example, example_parts, example_solutions,
-                             example_text, problems_held_in, shows_unrun_output, solution_steps, with_policy)
+                             example_text, mentions_hint, problems_held_in, shows_unrun_output, solution_steps,
+                             with_policy)
 from gym_tf.metrics import canonical_answer, paired_difference
+from gym_tf.prompts import render
 from gym_tf.rollouts import Rollout, build_messages, rollout_many
-from gym_tf.store import LEARNER_ANSWER, RunStore, config_hash, rollout_key
+from gym_tf.store import HINTED_ANSWER, LEARNER_ANSWER, RunStore, config_hash, rollout_key
 from rewards import ANSWER_FREE, load_reward
 from rewards.answers import extract_answer
 from rewards.feedback import FeedbackReward
@@ -190,11 +192,15 @@ class Optimizer:
         groups = await self._rollouts(epoch, step, batch, library)
 
         # --- worked examples: a verified answer of the model's own, for problems the library has none for yet; where
-        # the model answered none right, optionally one of the learner's (a stronger model's), verified the same way
+        # the model answered none right, optionally one of the learner's (a stronger model's), or one of the model's
+        # told the reference answer, verified the same way
         examples = []
         if cfg.worked_examples:
             learners = await self._learner_answers(epoch, step, batch, groups, library) if cfg.learner_examples else {}
-            examples = self._worked_examples(step, batch, groups, learners, library)
+            hinted = (await self._hinted_answers(epoch, step, batch, [groups, learners], library)
+                      if cfg.hinted_examples else {})
+            examples = self._worked_examples(step, batch, [(groups, ""), (learners, LEARNER_ANSWER),
+                                                           (hinted, HINTED_ANSWER)], library)
 
         # --- skip homogeneous groups: all-equal rewards carry no relative signal (unless hard_groups says otherwise)
         used, hard, all_wrong, all_right = [], [], 0, 0
@@ -486,11 +492,30 @@ class Optimizer:
         return await self._stored_or_sampled(epoch, step, todo, library, self.learner_backend,
                                              self.config.learner_examples, f"learner:{epoch}", prefix=LEARNER_ANSWER)
 
-    def _worked_examples(self, step: int, batch: list[Problem], groups: dict[str, list[Rollout]],
-                         learners: dict[str, list[Rollout]],
+    async def _hinted_answers(self, epoch: int, step: int, batch: list[Problem],
+                              answered: list[dict[str, list[Rollout]]],
+                              library: LibraryVersion) -> dict[str, list[Rollout]]:
+        """`hinted_examples` answers by the model to each problem that has no worked example yet and no answer in
+        `answered` (the model's, the learner's) fit to be one, asked with the problem's reference answer shown
+        (`hint.txt`; STaR's rationalization, arXiv 2203.14465), graded by the same reward and stored like rollouts
+        (problem id `hinted/...`), their prompts showing the hint. Those that say they were told (`mentions_hint`)
+        are left out. The grader checks the final answer only: the working may still be wrong, as the model's own
+        right answers' may, and the validation gate judges whether such examples help."""
+        self._check_budget()
+        have, solutions = _examples_held(library), list(example_solutions(library).values())
+        todo = [p for p in batch if p.answer is not None and p.conversation is None and p.id not in have
+                and not self._gives_its_answer(p)
+                and not any(self._showable(p, group.get(p.id, []), solutions) for group in answered)]
+        told = [replace(p, problem=f"{p.problem}\n\n{render('hint', answer=p.answer)}") for p in todo]
+        groups = await self._stored_or_sampled(epoch, step, told, library, self.backend, self.config.hinted_examples,
+                                               f"hinted:{epoch}", prefix=HINTED_ANSWER)
+        return {pid: [r for r in group if not mentions_hint(r.completion)] for pid, group in groups.items()}
+
+    def _worked_examples(self, step: int, batch: list[Problem], sources: list[tuple[dict[str, list[Rollout]], str]],
                          library: LibraryVersion) -> list[tuple[ExampleOp, Provenance]]:
-        """One worked example per problem that has none yet: of its showable answers, the model's own if it has any,
-        else the learner's, the one that shows the most steps (then the shortest). An answer that only states the
+        """One worked example per problem that has none yet: of its showable answers, those of the first source
+        (the model's own, then the learner's, then the model's told the answer; each with its rollout id prefix)
+        that has any, the one that shows the most steps (then the shortest). An answer that only states the
         result demonstrates nothing. With `examples_per_answer`, none whose final answer the library already shows
         that many times; with `refuse_answer_in_problem`, none of a problem that states its own answer."""
         have, solutions = _examples_held(library), list(example_solutions(library).values())
@@ -500,9 +525,9 @@ class Optimizer:
         for problem in batch:
             if problem.id in have or problem.answer is None or self._gives_its_answer(problem):
                 continue
-            own = self._showable(problem, groups[problem.id], solutions)
-            showable, prefix = (own, "") if own else (self._showable(problem, learners.get(problem.id, []), solutions),
-                                                      LEARNER_ANSWER)
+            showable, prefix = next(((fit, prefix) for answers, prefix in sources
+                                     if (fit := self._showable(problem, answers.get(problem.id, []), solutions))),
+                                    ([], ""))
             if not showable:
                 continue
             best = min(showable, key=lambda r: (-solution_steps(r.completion), len(r.completion), r.sample))

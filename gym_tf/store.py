@@ -48,6 +48,7 @@ def config_hash(config: dict[str, Any]) -> str:
 
 
 LEARNER_ANSWER = "learner/"  # the problem id prefix of the learner's answers, stored beside the model's rollouts
+HINTED_ANSWER = "hinted/"  # and of the model's answers asked with the reference answer shown (`hinted_examples`)
 
 
 def rollout_key(run_id: str, step: int, problem_id: str, sample: int, version: str = "") -> str:
@@ -58,12 +59,18 @@ def rollout_key(run_id: str, step: int, problem_id: str, sample: int, version: s
 
 # The token stage a rollouts row counts under: the model's answers, its validation answers, or the learner's.
 ROLLOUT_STAGE_SQL = ("case when problem_id like 'val/%' then 'validate' "
-                     f"when problem_id like '{LEARNER_ANSWER}%' then 'learner-answer' else 'rollout' end")
+                     f"when problem_id like '{LEARNER_ANSWER}%' then 'learner-answer' "
+                     f"when problem_id like '{HINTED_ANSWER}%' then 'hinted-answer' else 'rollout' end")
 
 
 def learner_answer(key: str) -> bool:
     """Whether a rollout key is one of the learner's answers (run ids and steps hold no slash)."""
     return key.split("/", 2)[-1].startswith(LEARNER_ANSWER)
+
+
+def hinted_answer(key: str) -> bool:
+    """Whether a rollout key is one of the model's answers asked with the reference answer shown."""
+    return key.split("/", 2)[-1].startswith(HINTED_ANSWER)
 
 
 def _version_in_key(rollout: Rollout) -> str:

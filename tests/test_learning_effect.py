@@ -835,3 +835,29 @@ def test_a_resumed_run_keeps_the_level_its_probes_chose(bench, tmp_path, monkeyp
     other_seed = bench.arguments().parse_args(["--families", "chain_sum", "--resume", "--seed", "4"])
     with pytest.raises(ConfigError, match=r"level.json was made with other settings \(seed\)"):
         asyncio.run(bench.chosen_level("chain_sum", other_seed, None, tmp_path, None))
+
+
+@pytest.mark.parametrize(("given", "rates", "level", "told"), [
+    ("auto", {0: 0.0, -1: 0.03}, -1, 2),   # the chosen level solved under the floor: the model is told answers
+    ("auto", {0: 0.0, -1: 0.06}, -1, 0),   # solved at the floor or above: its own answers can be the examples
+    ("auto", {0: 0.5, 1: 0.31}, 1, 0),
+    ("auto", None, None, 0),               # a level given, so no probe: nothing says the model solves nothing
+    ("3", {0: 0.5}, 0, 3),
+    ("0", {0: 0.0}, 0, 0),
+])
+def test_the_model_is_told_answers_where_its_probe_solved_almost_nothing(bench, given, rates, level, told):
+    from gym_tf import task_levels
+
+    args = bench.arguments().parse_args(["--hinted-examples", given])
+    calibration = task_levels.Calibration(level, rates, 0, task_levels.AIM, ()) if rates else None
+    assert bench.hinted_examples(args, calibration) == told
+    assert bench.changed_settings(bench.settings(args)) == ("" if given == "0" else f"--hinted-examples {given}")
+    # runs recorded before the setting existed count at the defaults
+    recorded = {k: v for k, v in bench.settings(bench.arguments().parse_args([])).items() if k != "hinted_examples"}
+    assert bench.changed_settings(recorded) == ""
+
+
+@pytest.mark.parametrize("text", ["-1", "17", "two", ""])
+def test_a_number_of_told_answers_outside_0_to_16_is_refused(bench, text):
+    with pytest.raises(SystemExit):
+        bench.arguments().parse_args(["--hinted-examples", text])

@@ -1,6 +1,7 @@
 """The optimize loop against the scripted fake: what it learns, records, skips, rejects and resumes."""
 
 import dataclasses
+import hashlib
 import json
 import os
 import re
@@ -17,6 +18,7 @@ from pydantic import ValidationError
 
 from crash_run import CONFIG, GATED, LibraryReader, scripted
 from fakes import ScriptedBackend, default_learner, solve_text
+from gym_tf.backends import Choice, Generation
 from gym_tf.config import OptimizeConfig
 from gym_tf.datasets import Problem, load_dataset
 from gym_tf.errors import ConfigError
@@ -28,7 +30,8 @@ from gym_tf.library_io import diff_versions
 from gym_tf.metrics import canonical_answer
 from gym_tf.optimize import Optimizer, resume_config
 from gym_tf.rollouts import Rollout, build_messages
-from gym_tf.store import RunStore, learner_answer
+from gym_tf.prompts import template
+from gym_tf.store import RunStore, hinted_answer, learner_answer
 from gym_tf.studio import queries as studio_queries
 
 # the paper's design, summaries included (off by default): these tests cover every learner stage
@@ -238,6 +241,78 @@ async def test_the_learner_answers_what_the_model_could_not_show_and_its_verifie
     found = await again._learner_answers(0, step, batch, groups, LibraryVersion())
     assert sum(c["n"] for c in learner.calls if c["stage"] == "solve") == paid == 16
     assert len(batch) == 4 and {pid: len(g) for pid, g in found.items()} == {p.id: 2 for p in batch}
+
+
+HINT_OPENING = template("hint").split("{answer}")[0]
+
+
+class Told(ScriptedBackend):
+    """Wrong on every problem asked plainly; told its answer, right in two of three answers, and in one of those two
+    it says it was told."""
+
+    async def generate(self, messages, n=1, **sampling):
+        user = messages[-1]["content"]
+        if HINT_OPENING not in user:
+            return await super().generate(messages, n, **sampling)
+        problem, hint = user.split("\n\n" + HINT_OPENING)
+        assert hint.startswith(self.answers[problem] + ".")  # the reference answer, as the dataset has it
+        choices = []
+        for i in range(n):
+            draw = int(hashlib.sha256(f"{problem}:{sampling.get('seed')}:{i}".encode()).hexdigest(), 16) % 3
+            text = solve_text(problem, "wrong" if draw == 2 else self.answers[problem])
+            text = f"As I was told, the correct answer is {self.answers[problem]}. {text}" if draw == 1 else text
+            choices.append(Choice(text=text, finish_reason="stop", completion_tokens=len(text.split())))
+        self.calls.append({"stage": "solve told", "n": n, "problem": problem})
+        return Generation(choices, 10 * n, sum(c.completion_tokens for c in choices), 0.0)
+
+
+@pytest.mark.parametrize("policy", ["wrong", "right"])
+async def test_told_the_answer_the_model_s_verified_answer_that_does_not_say_so_becomes_the_example(
+        store, quickstart, policy):
+    """`hinted_examples` (STaR's rationalization): where none of the model's answers is fit to show, it answers told
+    the reference answer; a right one that does not say it was told is the worked example, of the problem as asked.
+    A model that solves its problems is never told."""
+    answers = {p.problem: p.answer for p in quickstart}
+    model = Told(answers, skill=0.0 if policy == "wrong" else 1.0)
+    config = SMALL.model_copy(update={"epochs": 1, "worked_examples": True, "hinted_examples": 2})
+    _, result = await run(store, model, config)
+    examples = [i for i in result.library.items if i.kind == "example"]
+    stored = {r["key"]: r for r in store.db["rollouts"].rows_where("problem_id like 'hinted/%'")}
+    if policy == "right":
+        assert len(examples) == 8 and not stored and not [c for c in model.calls if c["stage"] == "solve told"]
+        return
+    assert len(stored) == 8 * 2 and all(HINT_OPENING in r["messages"] for r in stored.values())
+    completions = {}
+    for r in stored.values():
+        completions.setdefault(r["problem_id"].removeprefix("hinted/"), []).append(r)
+    fit = {pid for pid, rs in completions.items()
+           if any(r["reward"] == 1.0 and not r["completion"].startswith("As I was told") for r in rs)}
+    told_only = {pid for pid, rs in completions.items() if pid not in fit and any(r["reward"] == 1.0 for r in rs)}
+    assert fit and told_only  # the scripted draws give both kinds: the test sees the filter work
+    assert {i.provenance.problem_ids[0] for i in examples} == fit
+    for item in examples:
+        [key] = item.provenance.rollout_ids
+        assert hinted_answer(key) and stored[key]["reward"] == 1.0 and stored[key]["completion"] in item.text
+        assert HINT_OPENING not in item.text and "told" not in item.text
+        assert example_parts(item.text)[0] in answers  # the problem as the dataset asks it
+    assert store.usage(result.run_id)["hinted-answer"]["completion"] > 0
+    assert result.progress.rollouts == 8 * 4  # answers told the answer are not counted as the model's rollouts
+    shown = {row[3] for row in zip(*(c.cells for c in library_table(result.library).columns))}
+    assert shown and all(" example told the answer " in cell for cell in shown)
+    with sqlite3.connect(store.root / "gym-tf.db") as con:  # the item page names the problem, the hint shown
+        page = studio_queries.item(con, result.library.id, examples[0].id)
+    assert page["problems"][0]["id"] == examples[0].provenance.problem_ids[0]
+    assert HINT_OPENING in page["problems"][0]["text"]
+    # a resumed run finds them stored: not one call paid again
+    paid = len([c for c in model.calls if c["stage"] == "solve told"])
+    step = examples[0].provenance.step
+    batch = [p for p in quickstart if any(k.startswith(f"{result.run_id}/{step}/hinted/{p.id}/") for k in stored)]
+    groups = {p.id: [r for r in store.rollouts(result.run_id, step) if r.problem_id == p.id] for p in batch}
+    again = Optimizer(config, store, model, run_id=result.run_id)
+    found = await again._hinted_answers(0, step, batch, [groups], LibraryVersion())
+    assert len([c for c in model.calls if c["stage"] == "solve told"]) == paid == 8
+    assert len(batch) == 4 and set(found) == {p.id for p in batch}
+    assert all(not r.completion.startswith("As I was told") for g in found.values() for r in g)
 
 
 CUBES = {"A cube's top is white; turn it over. What is on the bottom?": "white",

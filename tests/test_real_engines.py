@@ -152,3 +152,35 @@ def test_eval_compares_libraries_on_the_embedded_model(tmp_path):
     copied = learned["copies"]
     assert copied["of"] == 4 and none["copies"] is None and copied["share"] == copied["copied"] / 4
     assert re.search(rf"answers copying an example\s.*{copied['copied']} of 4 ", result.stdout)
+
+
+def test_told_the_answer_the_embedded_model_answers_again_and_only_a_verified_answer_can_be_its_example(tmp_path):
+    """`--hinted-examples` with the real engine: products the 0.5B gets wrong, then answers told the reference
+    answer. Each told answer is stored with the hint in its prompt and its tokens counted on their own; an example
+    from one is verified, says nothing of the hint and shows the problem as asked."""
+    rows = [{"id": f"big-{i}", "problem": f"What is {a} times {b}?", "answer": str(a * b)}
+            for i, (a, b) in enumerate([(982451653, 57885161), (70368760954879, 2305843009)])]
+    dataset = tmp_path / "big.jsonl"
+    dataset.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    ws = tmp_path / "ws"
+    result = run_cli("optimize", "--dataset", str(dataset), "--batch-size", "2", "--epochs", "1", "-G", "2",
+                     "--max-completion-tokens", "96", "--hinted-examples", "2", "--workspace", str(ws))
+    assert result.returncode == 0, result.stderr
+    store = RunStore(ws)
+    [run] = store.runs()
+    own = [r for r in store.rollouts(run["id"]) if not r.problem_id.startswith("hinted/")]
+    told = [r for r in store.rollouts(run["id"]) if r.problem_id.startswith("hinted/")]
+    unshown = {r.problem_id for r in own if (r.reward or 0) < 1} - {r.problem_id for r in own if r.reward == 1}
+    assert unshown  # the model got these products wrong every time, so it was told them
+    assert {r.problem_id.removeprefix("hinted/") for r in told} >= unshown and len(told) % 2 == 0
+    answers = {r["id"]: r["answer"] for r in rows}
+    for r in told:
+        assert f"The correct final answer is {answers[r.problem_id.removeprefix('hinted/')]}." in r.messages[-1]["content"]
+    assert store.usage(run["id"])["hinted-answer"]["completion"] > 0
+    by_key = {r["key"]: r for r in store.db["rollouts"].rows}
+    current = store.run(run["id"])["current_version"]
+    for item in store.version(current).items if current else ():
+        [key] = item.provenance.rollout_ids
+        if "/hinted/" in key:
+            assert by_key[key]["reward"] == 1.0 and "correct final answer" not in item.text
+            assert item.text.startswith(f"Problem: {next(r['problem'] for r in rows if r['id'] in key)}\n")

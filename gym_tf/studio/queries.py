@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from gym_tf.errors import UnknownRecord, UnknownRun, UnknownVersion
-from gym_tf.store import LEARNER_ANSWER, ROLLOUT_STAGE_SQL, shown_status
+from gym_tf.store import HINTED_ANSWER, LEARNER_ANSWER, ROLLOUT_STAGE_SQL, shown_status
 from ledger.cid import cid
 from ledger.errors import LedgerError
 from ledger.log import MerkleLog, verify_entry
@@ -279,7 +279,7 @@ def item(con: sqlite3.Connection, ref: str, item_id: str) -> dict[str, Any]:
     for r in rollouts:
         messages = _loads(r.pop("messages")) or []
         users = [m.get("content") for m in messages if isinstance(m, dict) and m.get("role") == "user"]
-        problems.setdefault(r["problem_id"].removeprefix(LEARNER_ANSWER),
+        problems.setdefault(r["problem_id"].removeprefix(LEARNER_ANSWER).removeprefix(HINTED_ANSWER),
                             users[-1] if users and isinstance(users[-1], str) else "")
     run_id = rollouts[0]["run_id"] if rollouts else content_run(con, version_id)
     problem_ids = list(origin.get("problem_ids", []))
