@@ -486,9 +486,7 @@ class Optimizer:
         so a resumed run pays for none twice. A small model that solves almost nothing gets someone's verified
         working to read."""
         self._check_budget()
-        have, solutions = _examples_held(library), list(example_solutions(library).values())
-        todo = [p for p in batch if p.answer is not None and p.id not in have and not self._gives_its_answer(p)
-                and not self._showable(p, groups[p.id], solutions)]
+        todo = self._unexampled(batch, [groups], library)
         return await self._stored_or_sampled(epoch, step, todo, library, self.learner_backend,
                                              self.config.learner_examples, f"learner:{epoch}", prefix=LEARNER_ANSWER)
 
@@ -502,14 +500,19 @@ class Optimizer:
         are left out. The grader checks the final answer only: the working may still be wrong, as the model's own
         right answers' may, and the validation gate judges whether such examples help."""
         self._check_budget()
-        have, solutions = _examples_held(library), list(example_solutions(library).values())
-        todo = [p for p in batch if p.answer is not None and p.conversation is None and p.id not in have
-                and not self._gives_its_answer(p)
-                and not any(self._showable(p, group.get(p.id, []), solutions) for group in answered)]
-        told = [replace(p, problem=f"{p.problem}\n\n{render('hint', answer=p.answer)}") for p in todo]
+        told = [replace(p, problem=f"{p.problem}\n\n{render('hint', answer=p.answer)}")
+                for p in self._unexampled(batch, answered, library) if p.conversation is None]
         groups = await self._stored_or_sampled(epoch, step, told, library, self.backend, self.config.hinted_examples,
                                                f"hinted:{epoch}", prefix=HINTED_ANSWER)
         return {pid: [r for r in group if not mentions_hint(r.completion)] for pid, group in groups.items()}
+
+    def _unexampled(self, batch: list[Problem], answered: list[dict[str, list[Rollout]]],
+                    library: LibraryVersion) -> list[Problem]:
+        """The problems of the batch with a reference answer and no worked example yet, none of whose answers in
+        `answered` is fit to be one (and, with `refuse_answer_in_problem`, that do not state their answer)."""
+        have, solutions = _examples_held(library), list(example_solutions(library).values())
+        return [p for p in batch if p.answer is not None and p.id not in have and not self._gives_its_answer(p)
+                and not any(self._showable(p, group.get(p.id, []), solutions) for group in answered)]
 
     def _worked_examples(self, step: int, batch: list[Problem], sources: list[tuple[dict[str, list[Rollout]], str]],
                          library: LibraryVersion) -> list[tuple[ExampleOp, Provenance]]:
