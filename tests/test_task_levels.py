@@ -196,9 +196,11 @@ class NumberCounter:
 
     def __init__(self, rows: list[dict], reach: int):
         self.rows, self.reach = {r["problem"]: r for r in rows}, reach
+        self.asked: list[str] = []  # every problem asked, once per answer
 
     async def generate(self, messages, n=1, **sampling) -> Generation:
         row = self.rows[messages[-1]["content"]]
+        self.asked += [row["problem"]] * n
         answer = row["answer"] if numbers(row) <= self.reach else "[]"
         return Generation([Choice(text=f"\\boxed{{{answer}}}", finish_reason="stop", completion_tokens=3)] * n,
                           10 * n, 3 * n, 0.0)
@@ -214,14 +216,27 @@ async def test_calibration_descends_below_level_0_when_it_is_solved_too_rarely(t
     seed = 13
     made = [r for level in (0, -1, -2) for r in task_levels.rows("number_sorting", task_levels.AIM.problems, seed, level)]
     seen = []
-    result = await task_levels.calibrate(NumberCounter(made, reach=4), "number_sorting", seed, Sampling(max_tokens=32),
+    backend = NumberCounter(made, reach=4)
+    result = await task_levels.calibrate(backend, "number_sorting", seed, Sampling(max_tokens=32),
                                          tmp_path, on_probe=lambda level, rate: seen.append(level))
-    truth = {}
+    truth, asked = {}, {}
     for level in result.rates:
         written = [json.loads(line) for line in (tmp_path / f"probe-level{level}.jsonl").read_text().splitlines()]
-        truth[level] = sum(numbers(r) <= 4 for r in written) / len(written)
+        asked[level] = [backend.asked.count(r["problem"]) for r in written]
+        read = [r for r, times in zip(written, asked[level]) if times]
+        truth[level] = sum(numbers(r) <= 4 for r in read) / len(read)
     assert seen == [0, -1, -2] and result.rates == truth
     assert truth[0] == 0.0 and truth[-1] < task_levels.AIM.floor < truth[-2]
+    # level 0 had none right in its first look: its other problems were never asked; the last level is read in full
+    first = task_levels.AIM.first_look
+    assert asked[0] == [2] * first + [0] * (task_levels.AIM.problems - first)
+    assert asked[-2] == [2] * task_levels.AIM.problems
+    # a first look with an answer right reads the level in full: sorting up to 6, one of level -1's first 8
+    wider = NumberCounter(made, reach=6)
+    assert (await task_levels.calibrate(wider, "number_sorting", seed, Sampling(max_tokens=32), tmp_path)).level == -1
+    level_1 = [json.loads(line) for line in (tmp_path / "probe-level-1.jsonl").read_text().splitlines()]
+    assert sum(numbers(r) <= 6 for r in level_1[:first]) == 1
+    assert [wider.asked.count(r["problem"]) for r in level_1] == [2] * task_levels.AIM.problems
     assert result.level == -2 == task_levels.choose(result.rates)
     drawn = task_levels.split("number_sorting", {"train": 16}, seed, result.level)["train"]
     assert max(numbers(r) for r in drawn) <= 10
