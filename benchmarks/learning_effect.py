@@ -63,6 +63,7 @@ from gym_tf.evaluate import evaluate  # noqa: E402
 from gym_tf.library import LibraryVersion, with_policy  # noqa: E402
 from gym_tf.metrics import bootstrap, paired_difference  # noqa: E402
 from gym_tf.optimize import Optimizer  # noqa: E402
+from gym_tf.python_tool import PythonTool  # noqa: E402
 from gym_tf.store import RunStore  # noqa: E402
 from gym_tf import task_levels  # noqa: E402
 from rewards import load_reward  # noqa: E402
@@ -138,7 +139,7 @@ NOT_SETTINGS = frozenset({"resume", "out", "report", "plot", "screen", "archive"
 LATER_SETTINGS = {"examples_per_answer": "None", "refuse_copied_examples": "False", "test_examples": "None",
                   "test_first": "None", "test_epochs": "False",
                   "refuse_answer_in_problem": "False", "learn_minutes": "None",
-                  "hinted_examples": "0"}
+                  "hinted_examples": "0", "python_tool": "False"}
 # settings since removed (each sample shown its own examples: no gain in three A/Bs), with the value that runs without
 # them had: a run recorded with that value resumes as it was
 RETIRED_SETTINGS = {"test_vary": "False", "vary_examples": "False"}
@@ -230,8 +231,10 @@ async def one_family(family: str, args: argparse.Namespace, out: Path) -> dict:
                                        model_file=args.learner_model_file, api_key=args.api_key)
     rollout = RolloutConfig(max_completion_tokens=args.max_completion_tokens)
     store = RunStore(folder / "ws")
-    backend = await make_backend(backend_config)
+    engine = await make_backend(backend_config)
     learner = await make_backend(learner_config) if learner_config else None
+    # the policy's answers (probe, training, test) run their programs where the tool is on; the learner's never do
+    backend = PythonTool(engine) if args.python_tool else engine
     clock = Clock(folder / "clock.json", args.resume)
     try:
         level, calibration = await chosen_level(family, args, backend, folder, rollout.sampling())
@@ -245,7 +248,7 @@ async def one_family(family: str, args: argparse.Namespace, out: Path) -> dict:
             prune=args.prune, learner_examples=args.learner_examples, hinted_examples=hinted_examples(args, calibration),
             examples_per_answer=args.examples_per_answer,
             refuse_copied_examples=args.refuse_copied_examples, refuse_answer_in_problem=args.refuse_answer_in_problem,
-            learn_minutes=args.learn_minutes,
+            learn_minutes=args.learn_minutes, python_tool=args.python_tool,
         )
 
         def progress(p):
@@ -256,7 +259,7 @@ async def one_family(family: str, args: argparse.Namespace, out: Path) -> dict:
                 progress.last = line
 
         run_id = earlier_run(store, config, folder) if args.resume else None
-        optimizer = Optimizer(config, store, backend, learner, run_id=run_id, on_progress=progress)
+        optimizer = Optimizer(config, store, engine, learner, run_id=run_id, on_progress=progress)
         result = await optimizer.run()
         learn_s = clock.save()
         for note in result.progress.notes:
@@ -308,6 +311,7 @@ async def screen(families: list[str], args: argparse.Namespace, out: Path) -> li
     here does not mean a run will find nothing."""
     backend = await make_backend(BackendConfig(base_url=args.base_url, model=args.model, model_file=args.model_file,
                                                api_key=args.api_key))
+    backend = PythonTool(backend) if args.python_tool else backend
     sampling = RolloutConfig(max_completion_tokens=args.max_completion_tokens).sampling()
     seed = SPLIT_SEED * args.seed + SCREEN_OFFSET
     found = []
@@ -916,6 +920,9 @@ def arguments() -> argparse.ArgumentParser:
     parser.add_argument("--test-epochs", action="store_true",
                         help="also test the library the run held after each epoch but the last (with --epochs above "
                              "1): what the later epochs bought, on the same test problems and seeds")
+    parser.add_argument("--python-tool", action="store_true",
+                        help="the policy may write a Python program; it is run and the model answers again after "
+                             "seeing what it printed (gym_tf.python_tool), in every arm alike")
     parser.add_argument("--max-completion-tokens", type=int, default=256)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--level", default="auto", type=level_arg,

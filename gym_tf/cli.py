@@ -27,6 +27,7 @@ from ledger.errors import LedgerError
 from gym_tf.library import render_library, short, with_policy
 from gym_tf.library_io import diff_versions, export_library, read_library_file, resolve_library
 from gym_tf.optimize import Optimizer, resume_config
+from gym_tf.python_tool import PythonTool
 from gym_tf.store import RunStore
 from rewards import ANSWER_FREE, RewardLoadError, load_reward
 
@@ -122,6 +123,9 @@ def eval_command(
              "problems and seeds (the first is the baseline; `none` is added first if missing)")] = None,
     reward: Annotated[str, typer.Option(help="reward name or module:function")] = "math",
     limit: Annotated[Optional[int], typer.Option(help="only the first N problems")] = None,
+    python_tool: Annotated[bool, typer.Option(
+        help="the model may write a Python program; it is run (limited, not sandboxed) and the model answers again (as in a run made with it) "
+             "after seeing what it printed. Runs the model's code on this machine")] = False,
     temperature: float = 0.7,
     max_completion_tokens: Annotated[int, typer.Option(help="longest answer, tokens")] = 512,
     max_library_tokens: Annotated[Optional[int], typer.Option(
@@ -164,11 +168,12 @@ def eval_command(
 
     async def main():
         engine = await make_backend(config)
+        solver = PythonTool(engine) if python_tool else engine
         try:
             scorer = load_reward(reward, judge_backend=engine)
             sampled = len({lib.id for _, lib, _ in arms})  # a version named twice is sampled once (compare)
             with progress_bar("eval", len(problems) * sampled) as advance:
-                return await compare(engine, problems, scorer, samples, sampling, arms, seed,
+                return await compare(solver, problems, scorer, samples, sampling, arms, seed,
                                      on_group=lambda name, p, g: advance(f"eval library {name}", key=name),
                                      constant=reward != "judge" and len(arms) > 1)  # shown beside libraries
         finally:
@@ -277,6 +282,9 @@ def optimize(
     hinted_examples: Annotated[int, typer.Option(help="where no answer to a problem is fit to show, the model answers "
                                                       "it N times told its reference answer; a verified answer that "
                                                       "does not say it was told becomes the worked example")] = 0,
+    python_tool: Annotated[bool, typer.Option(
+        help="the model may write a Python program; it is run (limited, not sandboxed) and the model answers again "
+             "after seeing what it printed. Runs the model's code on this machine")] = False,
     temperature: float = 0.7,
     summarize: Annotated[bool, typer.Option(
         help="summarize each rollout first (the paper's design; off by default: on the 0.5B it cost 19% more "
@@ -337,7 +345,7 @@ def optimize(
             examples_per_answer=examples_per_answer, refuse_copied_examples=refuse_copied_examples,
             refuse_answer_in_problem=refuse_answer_in_problem,
             learner_examples=learner_examples, hinted_examples=hinted_examples, summarize=summarize,
-            hard_groups=hard_groups,
+            hard_groups=hard_groups, python_tool=python_tool,
             rollout=RolloutConfig(temperature=temperature, max_completion_tokens=max_completion_tokens),
             backend=backend_config(backend, base_url, model, api_key, model_file, concurrency, timeout), learner=learner,
         )
@@ -385,7 +393,9 @@ def print_result(store: RunStore, result: Any) -> None:
     console.print(f"run {result.run_id} {result.status}; library {short(result.library.id)}")
     if result.library.items:
         console.print(f"compare it with no library on held-out problems: gym-tf eval --dataset HELD_OUT.jsonl "
-                      f"--library none --library {short(result.library.id)} -k 4", highlight=False)
+                      f"--library none --library {short(result.library.id)} -k 4"
+                      + (" --python-tool" if store.run(result.run_id)["config"].get("python_tool") else ""),
+                      highlight=False)
 
 
 # --- gradient training ----------------------------------------------------------------------------------------------

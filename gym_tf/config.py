@@ -84,6 +84,9 @@ class OptimizeConfig(BaseModel):
                                  "learner's) is fit to show, the model answers it this many times told its reference "
                                  "answer (STaR's rationalization), and a verified answer that does not say it was told "
                                  "becomes the worked example (0: off; for a model that solves almost nothing)")
+    python_tool: bool = Field(False, description="the model may write a Python program in its answer; it is run "
+                              "(limited, not sandboxed: `gym_tf.python_tool`) and the model, shown what it printed, "
+                              "answers again")
     val_dataset: str | None = Field(None, description="held-out problems; a step is kept only if it scores at least as well on them")
     val_samples: int = Field(4, ge=1, description="samples per validation problem")
     prune: bool = Field(False, description="after the last step, leave each item out in turn on validation (its "
@@ -125,6 +128,8 @@ class OptimizeConfig(BaseModel):
             del data["refuse_copied_examples"]  # and for runs that keep copies
         if not self.refuse_answer_in_problem:
             del data["refuse_answer_in_problem"]  # and for runs that show examples whose answer is in the problem
+        if not self.python_tool:
+            del data["python_tool"]  # and for runs whose model runs no code
         if self.learn_minutes is None:
             del data["learn_minutes"]  # and for runs with no time limit
         return data

@@ -35,6 +35,7 @@ from gym_tf.library import (MAX_EXAMPLE_CHARS, DeleteOp, ExampleOp, Experience, 
                              with_policy)
 from gym_tf.metrics import canonical_answer, paired_difference
 from gym_tf.prompts import render
+from gym_tf.python_tool import PythonTool
 from gym_tf.rollouts import Rollout, build_messages, rollout_many
 from gym_tf.store import HINTED_ANSWER, LEARNER_ANSWER, RunStore, config_hash, rollout_key
 from rewards import ANSWER_FREE, load_reward
@@ -86,8 +87,8 @@ class Optimizer:
                               "--learner-base-url): with none, the learner's answers are the same model's")
         self.config = config
         self.store = store
-        self.backend = backend
-        self.learner_backend = learner_backend or backend
+        self.learner_backend = learner_backend or backend  # the learner runs no code
+        self.backend = PythonTool(backend) if config.python_tool else backend
         self.on_progress = on_progress or (lambda p: None)
         self.progress = Progress()
         self.val_baseline: float | None = None  # validation mean of the starting library, when gated
