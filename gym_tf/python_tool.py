@@ -4,8 +4,9 @@ The reference method's math runs answered with a code interpreter (ReAct); a sma
 count the bits of 2**31 - 1 writes a correct program and then invents its output. `PythonTool` wraps the policy's
 backend: its system message gains one paragraph (`prompts/python_tool.txt`); where an answer holds a complete
 ```python block, the last one runs in a child Python (`run_program`), and the model, shown what it printed, answers
-again. The answer recorded, scored and learned from is the whole exchange: the first reply, the output, the second
-reply (whose `\\boxed{}` comes last, so it is the one graded). One round: a second program is not run.
+again. The answer recorded, scored and learned from is the whole exchange: the first reply to the end of its
+program, the output, the second reply (whose `\\boxed{}` comes last, so it is the one graded). One round: a second
+program is not run.
 
 The child is limited, not sandboxed: isolated mode (`-I`, no site packages or environment), an empty environment and
 a temporary working directory, `CPU_SECONDS` of CPU, `MEMORY_BYTES` of address space, `OUTPUT_BYTES` of output,
@@ -37,16 +38,18 @@ SHOWN_CHARS = 1500  # of the output, the model is shown at most this much (its e
 _PROGRAM = re.compile(r"```(?:python|py|python3)[ \t]*\n(.*?)```", re.DOTALL)
 
 
-def last_program(text: str) -> str | None:
-    """The last complete ```python block of a reply, or None (a block cut off by the token cap is not run).
+def last_program(text: str) -> tuple[str, str] | None:
+    """The last complete ```python block of a reply and the reply up to its end, or None (a block cut off by the
+    token cap is not run). What the model wrote after its program (an output it imagined, an answer from it) is
+    not kept: it is shown the real output instead, and a worked example made of the exchange shows no invented one.
 
     >>> last_program("Sort them:\\n```python\\nprint(sorted([3, 1]))\\n```\\nOutput: [1, 3]")
-    'print(sorted([3, 1]))\\n'
+    ('print(sorted([3, 1]))\\n', 'Sort them:\\n```python\\nprint(sorted([3, 1]))\\n```')
     >>> last_program("```python\\nprint(1") is None
     True
     """
-    programs = _PROGRAM.findall(text)
-    return programs[-1] if programs and programs[-1].strip() else None
+    programs = [m for m in _PROGRAM.finditer(text) if m[1].strip()]
+    return (programs[-1][1], text[:programs[-1].end()]) if programs else None
 
 
 def _limits() -> None:  # in the child, before it runs Python
@@ -120,14 +123,15 @@ class PythonTool:
                       seed: int) -> tuple[Choice, int]:
         """The choice, completed by a second reply after its program's output where it wrote one; and the prompt
         tokens of that second call (0 where there was none)."""
-        program = last_program(choice.text)
-        if program is None:
+        found = last_program(choice.text)
+        if found is None:
             return choice, 0
+        program, reply = found
         shown = render("python_output", output=await run_program(program))
         follow = await self.inner.generate(
-            [*asked, {"role": "assistant", "content": choice.text}, {"role": "user", "content": shown}],
+            [*asked, {"role": "assistant", "content": reply}, {"role": "user", "content": shown}],
             n=1, **{**sampling, "seed": seed})
         second = follow.choices[0]
-        text = f"{choice.text}\n\n{shown}\n\n{second.text}"
+        text = f"{reply}\n\n{shown}\n\n{second.text}"
         return Choice(text=text, finish_reason=second.finish_reason,
                       completion_tokens=choice.completion_tokens + second.completion_tokens), follow.prompt_tokens

@@ -63,6 +63,8 @@ def test_a_program_runs_and_the_answer_after_its_output_is_the_one_graded():
     completion = with_tool.rollouts["p0"][0].completion
     assert f"The program printed:\n```\n{PRODUCT}\n```" in completion
     assert completion.rstrip().endswith(f"\\boxed{{{PRODUCT}}}")
+    assert "Output: 41" not in completion and "boxed{41}" not in completion  # what it invented after the program
+    assert coder.calls[-1][-2]["content"].endswith("```")  # nor is the model shown it again
     # both calls paid for: two first replies in one request, then one second call each
     assert sum(r.completion_tokens for r in with_tool.rollouts["p0"]) == 2 * 10 + 2 * 10
     assert with_tool.prompt_tokens == 200 + 2 * 100
@@ -78,7 +80,7 @@ def test_a_reply_without_a_complete_program_makes_one_call():
     assert len(coder.calls) == 1 and "The program printed" not in cut.choices[0].text  # no system message: one added
     assert coder.calls[0][0] == {"role": "system", "content": coder.calls[0][0]["content"]}
     assert last_program("```python\nprint(1)\n") is None
-    assert last_program("```python\nprint(1)\n```\nthen\n```python\nprint(2)\n```") == "print(2)\n"
+    assert last_program("```python\nprint(1)\n```\nthen\n```python\nprint(2)\n```\nOutput: 2")[0] == "print(2)\n"
 
 
 def test_the_child_is_limited_in_time_output_and_environment(monkeypatch):
