@@ -162,3 +162,16 @@ async def test_real_learner_prompted_badly_leaves_no_corrupt_version(embedded, t
     assert len(rejected) == result.progress.groups_used > 0
     calls = list(store.db["learner_calls"].rows)
     assert all(c["valid"] == 0 and c["error"] for c in calls) and {c["attempt"] for c in calls} == {0, 1}
+
+
+async def test_the_python_tool_runs_the_embedded_model_s_program_and_it_answers_with_the_output(embedded):
+    """The real loop: the 0.5B, asked for a program, writes one; a child Python runs it; shown what it printed, the
+    model boxes it. Greedy, so the program is the same on every run of this build; the check is on what ran."""
+    from gym_tf.python_tool import PythonTool
+    from rewards.reasoning_gym import final_answer
+
+    tool = PythonTool(embedded)
+    asked = [{"role": "user", "content": "Write a Python program that prints 123456789 * 987654321."}]
+    reply = (await tool.generate(asked, n=1, temperature=0.0, max_tokens=160, seed=0)).choices[0].text
+    assert "```python" in reply and "The program printed:\n```\n121932631112635269\n```" in reply, reply
+    assert final_answer(reply).replace(",", "") == "121932631112635269", reply

@@ -262,6 +262,7 @@ def test_the_plot_draws_every_run_once_and_stars_the_runs_of_an_earlier_rule_or_
     assert (tmp_path / "effect.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert len(labels) == len(rows)
     assert [label for label in labels if label.endswith(" *")] == [
+        "count_bits 76, 0.5B, 2 epochs, no library 0.36 *",  # --python-tool
         "binary_matrix 76, 0.5B, 2 epochs, no library 0.00 *",  # --hinted-examples auto
         "largest_island 76, 0.5B, 2 epochs, no library 0.00 *",  # --hinted-examples auto
         "number_sorting 80, 0.5B, 2 epochs, no library 0.00 *",  # --hinted-examples auto
@@ -374,7 +375,7 @@ def test_the_screen_probes_each_familys_easiest_level_that_fills_the_splits(benc
     from fakes import ScriptedBackend
     from gym_tf import task_levels
 
-    args = argparse.Namespace(base_url=None, model=None, model_file=None, api_key=None, max_completion_tokens=256,
+    args = argparse.Namespace(base_url=None, model=None, model_file=None, api_key=None, max_completion_tokens=256, python_tool=False,
                               seed=3, train=16, val=6, test=24, level_aim="band")
     seed = bench.SPLIT_SEED * args.seed + bench.SCREEN_OFFSET
     gold = {r["problem"]: r["answer"] for family, level in (("leg_counting", 0), ("coin_flip", 5))
