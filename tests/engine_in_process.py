@@ -164,14 +164,22 @@ async def test_real_learner_prompted_badly_leaves_no_corrupt_version(embedded, t
     assert all(c["valid"] == 0 and c["error"] for c in calls) and {c["attempt"] for c in calls} == {0, 1}
 
 
-async def test_the_python_tool_runs_the_embedded_model_s_program_and_it_answers_with_the_output(embedded):
-    """The real loop: the 0.5B, asked for a program, writes one; a child Python runs it; shown what it printed, the
-    model boxes it. Greedy, so the program is the same on every run of this build; the check is on what ran."""
-    from gym_tf.python_tool import PythonTool
+
+async def test_the_python_tool_runs_the_embedded_model_s_programs_and_it_answers_from_their_output(embedded):
+    """The real loop on a count_bits problem, sampled as the benchmark samples: the 0.5B writes programs, a child
+    Python runs them, and the output shown to it is what the program prints; shown it, the model boxes the count."""
+    from gym_tf.prompts import template
+    from gym_tf.python_tool import PythonTool, last_program, run_program
     from rewards.reasoning_gym import final_answer
 
-    tool = PythonTool(embedded)
-    asked = [{"role": "user", "content": "Write a Python program that prints 123456789 * 987654321."}]
-    reply = (await tool.generate(asked, n=1, temperature=0.0, max_tokens=160, seed=0)).choices[0].text
-    assert "```python" in reply and "The program printed:\n```\n121932631112635269\n```" in reply, reply
-    assert final_answer(reply).replace(",", "") == "121932631112635269", reply
+    asked = [{"role": "system", "content": template("solve_system")},
+             {"role": "user", "content": "How many 1 bits are in the binary representation of 656? Count them with a Python program."}]
+    replies = [c.text for c in (await PythonTool(embedded).generate(asked, n=4, temperature=0.7, max_tokens=256,
+                                                                    seed=5)).choices]
+    ran = [r for r in replies if "\n\nThe program printed:\n```\n" in r]
+    assert ran, replies
+    for reply in ran:
+        program, _ = last_program(reply.split("\n\nThe program printed:")[0])
+        shown = reply.split("The program printed:\n```\n", 1)[1].split("\n```", 1)[0]
+        assert shown == await run_program(program), reply
+    assert "3" in [final_answer(r) for r in ran], replies  # 656 = 0b1010010000
