@@ -44,6 +44,10 @@ BaseUrl = Annotated[Optional[list[str]], typer.Option(
 Model = Annotated[Optional[str], typer.Option(help="model name on the server, or a local HF directory (vllm)")]
 ApiKey = Annotated[Optional[str], typer.Option(envvar="GYM_TF_API_KEY", help="API key for the server")]
 ModelFile = Annotated[Optional[str], typer.Option(help="a local GGUF file for the embedded backend")]
+PythonToolOption = Annotated[bool, typer.Option(
+    "--python-tool", help="the model may write a Python program; it is run (limited, not sandboxed) and the model "
+                          "answers again after seeing what it printed (eval: as the run that made the library). Runs "
+                          "the model's code on this machine")]
 BackendKind = Annotated[str, typer.Option(help="auto | embedded | openai | vllm | transformers")]
 Concurrency = Annotated[str, typer.Option(
     help="requests in flight at once per server, or `auto`: adapt to what each server sustains")]
@@ -123,9 +127,7 @@ def eval_command(
              "problems and seeds (the first is the baseline; `none` is added first if missing)")] = None,
     reward: Annotated[str, typer.Option(help="reward name or module:function")] = "math",
     limit: Annotated[Optional[int], typer.Option(help="only the first N problems")] = None,
-    python_tool: Annotated[bool, typer.Option(
-        help="the model may write a Python program; it is run (limited, not sandboxed) and the model answers again (as in a run made with it) "
-             "after seeing what it printed. Runs the model's code on this machine")] = False,
+    python_tool: PythonToolOption = False,
     temperature: float = 0.7,
     max_completion_tokens: Annotated[int, typer.Option(help="longest answer, tokens")] = 512,
     max_library_tokens: Annotated[Optional[int], typer.Option(
@@ -282,9 +284,7 @@ def optimize(
     hinted_examples: Annotated[int, typer.Option(help="where no answer to a problem is fit to show, the model answers "
                                                       "it N times told its reference answer; a verified answer that "
                                                       "does not say it was told becomes the worked example")] = 0,
-    python_tool: Annotated[bool, typer.Option(
-        help="the model may write a Python program; it is run (limited, not sandboxed) and the model answers again "
-             "after seeing what it printed. Runs the model's code on this machine")] = False,
+    python_tool: PythonToolOption = False,
     temperature: float = 0.7,
     summarize: Annotated[bool, typer.Option(
         help="summarize each rollout first (the paper's design; off by default: on the 0.5B it cost 19% more "
