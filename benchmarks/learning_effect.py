@@ -139,7 +139,8 @@ NOT_SETTINGS = frozenset({"resume", "out", "report", "plot", "screen", "archive"
 LATER_SETTINGS = {"examples_per_answer": "None", "refuse_copied_examples": "False", "test_examples": "None",
                   "test_first": "None", "test_epochs": "False",
                   "refuse_answer_in_problem": "False", "learn_minutes": "None",
-                  "hinted_examples": "0", "python_tool": "False"}
+                  "hinted_examples": "0", "python_tool": "False", "labeled_examples": "off",
+                  "examples_as_turns": "off"}
 # settings since removed (each sample shown its own examples: no gain in three A/Bs), with the value that runs without
 # them had: a run recorded with that value resumes as it was
 RETIRED_SETTINGS = {"test_vary": "False", "vary_examples": "False"}
@@ -246,6 +247,7 @@ async def one_family(family: str, args: argparse.Namespace, out: Path) -> dict:
             hard_groups=args.hard_groups, examples_per_prompt=args.examples, worked_examples=args.examples > 0,
             retrieve_lessons=args.retrieve_lessons, rollout=rollout, backend=backend_config, learner=learner_config,
             prune=args.prune, learner_examples=args.learner_examples, hinted_examples=hinted_examples(args, calibration),
+            labeled_examples=labeled_examples(args, calibration), examples_as_turns=examples_as_turns(args, calibration),
             examples_per_answer=args.examples_per_answer,
             refuse_copied_examples=args.refuse_copied_examples, refuse_answer_in_problem=args.refuse_answer_in_problem,
             learn_minutes=args.learn_minutes, python_tool=args.python_tool,
@@ -293,7 +295,8 @@ async def one_family(family: str, args: argparse.Namespace, out: Path) -> dict:
                             wall_s=clock(), resumed=clock.resumed, settings=settings(args),
                             library=[i.model_dump(mode="json") for i in result.library.items],
                             prune=prune_effect(prune, others), against_learned=others,
-                            hinted_examples=config.hinted_examples,
+                            hinted_examples=config.hinted_examples, labeled_examples=config.labeled_examples,
+                            examples_as_turns=config.examples_as_turns,
                             learning_steps=learning_steps)
     comparison.write(folder / "comparison.json")
     # recorded in the run's workspace as `gym-tf eval` records its own, so the studio shows it beside the run
@@ -491,7 +494,9 @@ def row(c: dict) -> dict:
             "learning_steps": c.get("learning_steps"), "learn_minutes": minutes_arg(c["settings"].get("learn_minutes",
                                                                                                     "none")),
             # the answers per problem told the reference answer (recorded since 2026-12-02; None before: 0)
-            "hinted_examples": c.get("hinted_examples")}
+            "hinted_examples": c.get("hinted_examples"),
+            # whether reference answers alone could be worked examples (recorded since 2026-12-06; None before: no)
+            "labeled_examples": c.get("labeled_examples"), "examples_as_turns": c.get("examples_as_turns")}
 
 
 def level_text(c: dict) -> str:
@@ -858,8 +863,24 @@ def hinted_examples(args: argparse.Namespace, calibration: task_levels.Calibrati
     2026-12-02), though in 0 of 16 on number_sorting at level 0."""
     if args.hinted_examples != "auto":
         return int(args.hinted_examples)
+    return HINTED_ANSWERS if solves_almost_nothing(calibration) else 0
+
+
+def solves_almost_nothing(calibration: task_levels.Calibration | None) -> bool:
+    """Whether the probe of the level chosen solved under the aim's floor: the model's own answers will give next to
+    no worked example. False where no probe ran (a level given)."""
     rate = calibration.rates.get(calibration.level) if calibration else None
-    return HINTED_ANSWERS if rate is not None and rate < calibration.aim.floor else 0
+    return rate is not None and rate < calibration.aim.floor
+
+
+def labeled_examples(args: argparse.Namespace, calibration: task_levels.Calibration | None) -> bool:
+    """`--labeled-examples`: on, off, or (auto) on where the model solves almost nothing."""
+    return args.labeled_examples == "on" or (args.labeled_examples == "auto" and solves_almost_nothing(calibration))
+
+
+def examples_as_turns(args: argparse.Namespace, calibration: task_levels.Calibration | None) -> bool:
+    """`--examples-as-turns`: on, off, or (auto) on where the model solves almost nothing."""
+    return args.examples_as_turns == "on" or (args.examples_as_turns == "auto" and solves_almost_nothing(calibration))
 
 
 def level_arg(text: str) -> str:
@@ -901,6 +922,13 @@ def arguments() -> argparse.ArgumentParser:
                              "(this many) can be the worked example; auto: 2 where the level chosen was solved under "
                              "the aim's floor in its probe (the model solves almost nothing), else 0; off by "
                              "default: one of five runs met the target (benchmarks/results/draw-76.md)")
+    parser.add_argument("--labeled-examples", choices=("auto", "on", "off"), default="off",
+                        help="where still no answer is fit to show, the problem's reference answer alone (no working) "
+                             "can be the worked example; auto: on where the level chosen was solved under the aim's "
+                             "floor in its probe")
+    parser.add_argument("--examples-as-turns", choices=("auto", "on", "off"), default="off",
+                        help="show worked examples as earlier turns of the chat, not as system-message text; auto: on "
+                             "where the level chosen was solved under the aim's floor in its probe")
     parser.add_argument("--summarize", action=argparse.BooleanOptionalAction, default=False)
     parser.add_argument("--hard-groups", default="skip")
     parser.add_argument("--prune", action=argparse.BooleanOptionalAction, default=True,

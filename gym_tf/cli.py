@@ -271,6 +271,9 @@ def optimize(
     retrieve_lessons: Annotated[Optional[int], typer.Option(help="show each problem only its N most relevant lessons")] = None,
     examples_per_prompt: Annotated[int, typer.Option(help="worked examples shown per problem (most relevant first)")] = 2,
     worked_examples: Annotated[bool, typer.Option(help="keep verified correct answers as worked examples")] = True,
+    examples_as_turns: Annotated[bool, typer.Option(
+        help="show worked examples as earlier turns of the chat, not as system-message text (recorded in each "
+             "version, so eval and serve show them alike)")] = False,
     examples_per_answer: Annotated[Optional[int], typer.Option(
         help="keep at most N worked examples with the same final answer (none: no limit)")] = None,
     refuse_copied_examples: Annotated[bool, typer.Option(
@@ -284,6 +287,9 @@ def optimize(
     hinted_examples: Annotated[int, typer.Option(help="where no answer to a problem is fit to show, the model answers "
                                                       "it N times told its reference answer; a verified answer that "
                                                       "does not say it was told becomes the worked example")] = 0,
+    labeled_examples: Annotated[bool, typer.Option(
+        help="where still no answer to a problem is fit to show, its reference answer alone (no working) becomes the "
+             "worked example: it shows the answer's form and length, for a model that solves almost none")] = False,
     python_tool: PythonToolOption = False,
     temperature: float = 0.7,
     summarize: Annotated[bool, typer.Option(
@@ -342,9 +348,11 @@ def optimize(
             val_samples=val_samples, prune=prune, max_tokens=max_tokens, learn_minutes=learn_minutes,
             max_library_tokens=max_library_tokens,
             retrieve_lessons=retrieve_lessons, examples_per_prompt=examples_per_prompt, worked_examples=worked_examples,
+            examples_as_turns=examples_as_turns,
             examples_per_answer=examples_per_answer, refuse_copied_examples=refuse_copied_examples,
             refuse_answer_in_problem=refuse_answer_in_problem,
-            learner_examples=learner_examples, hinted_examples=hinted_examples, summarize=summarize,
+            learner_examples=learner_examples, hinted_examples=hinted_examples, labeled_examples=labeled_examples,
+            summarize=summarize,
             hard_groups=hard_groups, python_tool=python_tool,
             rollout=RolloutConfig(temperature=temperature, max_completion_tokens=max_completion_tokens),
             backend=backend_config(backend, base_url, model, api_key, model_file, concurrency, timeout), learner=learner,

@@ -64,6 +64,10 @@ class OptimizeConfig(BaseModel):
     retrieve_lessons: int | None = Field(None, ge=1, description="show each problem only its N most relevant lessons "
                                          "(BM25); none: every lesson that fits the cap")
     examples_per_prompt: int = Field(2, ge=0, description="worked examples shown per problem, the most relevant (BM25)")
+    examples_as_turns: bool = Field(False, description="show worked examples as earlier turns of the chat (the "
+                                    "problem as the user's message, its solution as the model's own), not as text in "
+                                    "the system message; recorded in each version's render policy, so eval and serve "
+                                    "show them the same way")
     worked_examples: bool = Field(True, description="add verified solutions from the model's own correct rollouts "
                                   "as worked examples")
     max_example_chars: int = Field(900, ge=100, le=1600, description="longest solution kept as a worked example, "
@@ -84,6 +88,11 @@ class OptimizeConfig(BaseModel):
                                  "learner's) is fit to show, the model answers it this many times told its reference "
                                  "answer (STaR's rationalization), and a verified answer that does not say it was told "
                                  "becomes the worked example (0: off; for a model that solves almost nothing)")
+    labeled_examples: bool = Field(False, description="where no answer to a problem (the model's, the learner's, "
+                                   "told or not) is fit to show, the problem and its reference answer become the "
+                                   "worked example, with no working (a labeled demonstration, as DSPy's "
+                                   "BootstrapFewShot fills its free slots): it shows the answer's form and length, "
+                                   "for a model whose answers run long or come in the wrong form")
     python_tool: bool = Field(False, description="the model may write a Python program in its answer; it is run "
                               "(limited, not sandboxed: `gym_tf.python_tool`) and the model, shown what it printed, "
                               "answers again")
@@ -128,6 +137,10 @@ class OptimizeConfig(BaseModel):
             del data["refuse_copied_examples"]  # and for runs that keep copies
         if not self.refuse_answer_in_problem:
             del data["refuse_answer_in_problem"]  # and for runs that show examples whose answer is in the problem
+        if not self.labeled_examples:
+            del data["labeled_examples"]  # and for runs that show no answer without working
+        if not self.examples_as_turns:
+            del data["examples_as_turns"]  # and for runs that show examples as system text
         if not self.python_tool:
             del data["python_tool"]  # and for runs whose model runs no code
         if self.learn_minutes is None:
@@ -136,7 +149,7 @@ class OptimizeConfig(BaseModel):
 
     def render_policy(self) -> RenderPolicy:
         return RenderPolicy(max_tokens=self.max_library_tokens, lessons=self.retrieve_lessons,
-                            examples=self.examples_per_prompt)
+                            examples=self.examples_per_prompt, examples_as_turns=self.examples_as_turns)
 
     def learner_sampling(self) -> Sampling:
         return Sampling(temperature=self.learner_temperature, max_tokens=self.learner_max_tokens)

@@ -10,7 +10,7 @@ from gym_tf.library import LibraryVersion, example_parts, short
 from gym_tf.library_io import LibraryDiff
 from gym_tf.metrics import Metrics
 from gym_tf.optimize import Progress
-from gym_tf.store import hinted_answer, learner_answer
+from gym_tf.store import hinted_answer, learner_answer, reference_answer
 from gym_tf.working import false_equation
 
 
@@ -99,7 +99,9 @@ def library_table(library: LibraryVersion, status: str = "") -> Table:
     for item in library.items:
         origin = item.provenance
         by = (" by the learner" if any(learner_answer(key) for key in origin.rollout_ids)
-              else " told the answer" if any(hinted_answer(key) for key in origin.rollout_ids) else "")
+              else " told the answer" if any(hinted_answer(key) for key in origin.rollout_ids)
+              else " (its reference answer, no working)" if any(reference_answer(k) for k in origin.rollout_ids)
+              else "")
         false = false_equation(example_parts(item.text)[1]) if item.kind == "example" else None
         table.add_row(item.id, item.kind, Text(item.text),
                       f"step {origin.step} {origin.op}{by} {', '.join(origin.problem_ids)}"

@@ -298,6 +298,16 @@ class RenderPolicy(BaseModel):
     max_tokens: int | None = Field(1024, ge=16)
     lessons: int | None = Field(None, ge=1)
     examples: int = Field(2, ge=0)
+    examples_as_turns: bool = Field(False, description="in a chat request, show each worked example as a turn of "
+                                    "the conversation before the request's own (the problem as the user's message, "
+                                    "the solution as the assistant's), not as text in the system message")
+
+    @model_serializer(mode="wrap")
+    def _text_examples_as_before(self, handler: Any) -> dict[str, Any]:
+        data = handler(self)
+        if not self.examples_as_turns:
+            del data["examples_as_turns"]  # versions made before the field keep their ids
+        return data
 
 
 DEFAULT_POLICY = RenderPolicy()
@@ -338,7 +348,7 @@ class LibraryVersion(BaseModel):
     def messages(self, messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """A chat request with this library in it, exactly as `gym-tf serve` sends it upstream: for an app that
         calls its model directly rather than through the proxy."""
-        return with_library(messages, render_library(self, request_text(messages)))
+        return library_messages(self, messages)[0]
 
 
 EMPTY_LIBRARY = LibraryVersion()
@@ -434,6 +444,11 @@ def _text_key(text: str) -> str:
 def example_text(problem: str, solution: str) -> str:
     """A worked example's text: the problem's statement and a verified solution."""
     return f"Problem: {problem.strip()}\nSolution: {solution.strip()}"
+
+
+def labeled_solution(answer: str) -> str:
+    """A labeled example's solution: the reference answer alone, in the form the solve prompt asks for."""
+    return f"\\boxed{{{answer.strip()}}}"
 
 
 def example_parts(text: str) -> tuple[str, str]:
@@ -612,6 +627,27 @@ def render_items(items: tuple[Experience, ...]) -> str:
 def render_library(library: LibraryVersion, query: str | None = None) -> str:
     """The library as prompt text for a request whose text is `query`. Empty library: empty string."""
     return render_items(select_items(library, query))
+
+
+def library_messages(library: LibraryVersion, messages: list[dict[str, Any]]) -> tuple[list[dict[str, Any]],
+                                                                                    tuple[str, ...]]:
+    """A chat request with the library's items for it (`select_items` over its text), and their ids: what optimize,
+    eval and serve send. Lessons, and worked examples unless the policy shows them as turns, go first in the system
+    message; as turns, each example is a user message (its problem) and an assistant message (its solution), in
+    order before the request's first message that is not a system one. A small model copies the form and length of
+    an answer it has itself given far more than of one it read in its instructions (the 0.5B, answering
+    largest_island with two reference answers shown: as system text 0 of 16 right, 11 cut at the token cap; as
+    turns 7 of 16, none cut: a scratch probe, 2026-12-06)."""
+    items = select_items(library, request_text(messages))
+    if not library.policy.examples_as_turns:
+        return with_library(messages, render_items(items)), tuple(i.id for i in items)
+    out = with_library(messages, render_items(tuple(i for i in items if i.kind == "lesson")))
+    turns = []
+    for example in (i for i in items if i.kind == "example"):
+        problem, solution = example_parts(example.text)
+        turns += [{"role": "user", "content": problem}, {"role": "assistant", "content": solution}]
+    at = next((n for n, m in enumerate(out) if m.get("role") not in ("system", "developer")), len(out))
+    return out[:at] + turns + out[at:], tuple(i.id for i in items)
 
 
 def with_policy(library: LibraryVersion, policy: RenderPolicy | None) -> LibraryVersion:

@@ -31,13 +31,14 @@ from gym_tf.learner import (JudgeCalls, LearnerCalls, OpRules, StageReply, conso
                              summarize_prompt)
 from gym_tf.library import (MAX_EXAMPLE_CHARS, DeleteOp, ExampleOp, Experience, LibraryVersion, OpVerdict,
                              Provenance, answer_in_problem, apply_ops, copies_example, example_parts, example_solutions,
-                             example_text, mentions_hint, problems_held_in, shows_unrun_output, solution_steps,
-                             with_policy)
+                             example_text, labeled_solution, mentions_hint, problems_held_in, shows_unrun_output,
+                             solution_steps, with_policy)
 from gym_tf.metrics import canonical_answer, paired_difference
 from gym_tf.prompts import render
 from gym_tf.python_tool import PythonTool
-from gym_tf.rollouts import Rollout, build_messages, rollout_many
-from gym_tf.store import HINTED_ANSWER, LEARNER_ANSWER, RunStore, config_hash, rollout_key
+from gym_tf.rollouts import Rollout, build_messages, rollout_many, score
+from gym_tf.store import (HINTED_ANSWER, LEARNER_ANSWER, REFERENCE_ANSWER, RunStore, config_hash,
+                          rollout_key)
 from rewards import ANSWER_FREE, load_reward
 from rewards.answers import extract_answer
 from rewards.feedback import FeedbackReward
@@ -200,8 +201,10 @@ class Optimizer:
             learners = await self._learner_answers(epoch, step, batch, groups, library) if cfg.learner_examples else {}
             hinted = (await self._hinted_answers(epoch, step, batch, [groups, learners], library)
                       if cfg.hinted_examples else {})
+            labels = await self._labels(batch, [groups, learners, hinted], library) if cfg.labeled_examples else {}
             examples = self._worked_examples(step, batch, [(groups, ""), (learners, LEARNER_ANSWER),
-                                                           (hinted, HINTED_ANSWER)], library)
+                                                           (hinted, HINTED_ANSWER), (labels, REFERENCE_ANSWER)],
+                                             library)
 
         # --- skip homogeneous groups: all-equal rewards carry no relative signal (unless hard_groups says otherwise)
         used, hard, all_wrong, all_right = [], [], 0, 0
@@ -507,6 +510,19 @@ class Optimizer:
                                                f"hinted:{epoch}", prefix=HINTED_ANSWER)
         return {pid: [r for r in group if not mentions_hint(r.completion)] for pid, group in groups.items()}
 
+    async def _labels(self, batch: list[Problem], answered: list[dict[str, list[Rollout]]],
+                      library: LibraryVersion) -> dict[str, list[Rollout]]:
+        """With `labeled_examples`: for each problem that has no worked example yet and no answer in `answered` fit
+        to be one, its reference answer as the whole solution (`\\boxed{answer}`, no working), graded by the same
+        reward so that only a label the grader reads back as right can be shown. Nothing is sampled or stored: the
+        dataset row is the record, and the example's provenance names its problem."""
+        todo = [p for p in self._unexampled(batch, answered, library) if p.conversation is None]
+        graded = await gather_or_cancel(*(score(self.reward, p, [labeled_solution(p.answer)]) for p in todo))
+        return {p.id: [Rollout(problem_id=p.id, sample=0, messages=[], completion=labeled_solution(p.answer),
+                               finish_reason="stop", prompt_tokens=0, completion_tokens=0, latency_s=0.0,
+                               reward=grade[0], library_version="reference")]
+                for p, grade in zip(todo, graded)}
+
     def _unexampled(self, batch: list[Problem], answered: list[dict[str, list[Rollout]]],
                     library: LibraryVersion) -> list[Problem]:
         """The problems of the batch with a reference answer and no worked example yet, none of whose answers in
@@ -518,7 +534,8 @@ class Optimizer:
     def _worked_examples(self, step: int, batch: list[Problem], sources: list[tuple[dict[str, list[Rollout]], str]],
                          library: LibraryVersion) -> list[tuple[ExampleOp, Provenance]]:
         """One worked example per problem that has none yet: of its showable answers, those of the first source
-        (the model's own, then the learner's, then the model's told the answer; each with its rollout id prefix)
+        (the model's own, then the learner's, then the model's told the answer, then the reference answer alone;
+        each with its rollout id prefix)
         that has any, the one that shows the most steps (then the shortest). An answer that only states the
         result demonstrates nothing. With `examples_per_answer`, none whose final answer the library already shows
         that many times; with `refuse_answer_in_problem`, none of a problem that states its own answer."""

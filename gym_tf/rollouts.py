@@ -18,10 +18,9 @@ from typing import Any, Awaitable, Callable
 
 from gym_tf.backends import Backend, Choice, Sampling
 from gym_tf.backends.base import gather_or_cancel
-from gym_tf.chat import request_text
 from gym_tf.datasets import Problem
 from gym_tf.errors import GymTFError, RewardError
-from gym_tf.library import EMPTY_LIBRARY, LibraryVersion, render_items, select_items, with_library
+from gym_tf.library import EMPTY_LIBRARY, LibraryVersion, library_messages
 from gym_tf.prompts import template
 
 logger = logging.getLogger(__name__)
@@ -46,18 +45,16 @@ class Rollout:
 
 def build_messages(problem: Problem, library: LibraryVersion = EMPTY_LIBRARY) -> tuple[list[dict[str, Any]], tuple[str, ...]]:
     """The solve prompt and the ids of the items in it: the library's items for this problem (selected by the one
-    rule in `select_items`) first in the system message, then the task instructions; the problem as user.
+    rule in `select_items`) first in the system message (or, examples shown as turns, before the problem), then the
+    task instructions; the problem as user.
 
     A problem that carries its conversation (recorded traffic, a chat-format dataset) is asked as `serve` asks it:
     those messages, the items selected for their last user message, put first in their system message."""
     conversation = problem.conversation  # (fresh copies: nothing done to the prompt reaches the dataset's row)
-    if conversation is not None:
-        base, query = conversation, request_text(conversation)
-    else:
-        base = [{"role": "system", "content": template("solve_system")}, {"role": "user", "content": problem.problem}]
-        query = problem.problem
-    items = select_items(library, query)
-    return with_library(base, render_items(items)), tuple(i.id for i in items)
+    if conversation is None:
+        conversation = [{"role": "system", "content": template("solve_system")},
+                        {"role": "user", "content": problem.problem}]
+    return library_messages(library, conversation)
 
 
 def group_seed(seed: int, *parts: object) -> int:

@@ -49,6 +49,7 @@ def config_hash(config: dict[str, Any]) -> str:
 
 LEARNER_ANSWER = "learner/"  # the problem id prefix of the learner's answers, stored beside the model's rollouts
 HINTED_ANSWER = "hinted/"  # and of the model's answers asked with the reference answer shown (`hinted_examples`)
+REFERENCE_ANSWER = "reference/"  # and of a problem's reference answer shown alone (`labeled_examples`): never stored
 
 
 def rollout_key(run_id: str, step: int, problem_id: str, sample: int, version: str = "") -> str:
@@ -71,6 +72,11 @@ def learner_answer(key: str) -> bool:
 def hinted_answer(key: str) -> bool:
     """Whether a rollout key is one of the model's answers asked with the reference answer shown."""
     return key.split("/", 2)[-1].startswith(HINTED_ANSWER)
+
+
+def reference_answer(key: str) -> bool:
+    """Whether a rollout key names a problem's reference answer, shown alone as a worked example (never sampled)."""
+    return key.split("/", 2)[-1].startswith(REFERENCE_ANSWER)
 
 
 def _version_in_key(rollout: Rollout) -> str:

@@ -16,9 +16,8 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from starlette.exceptions import HTTPException
 
-from gym_tf.chat import request_text
 from gym_tf.errors import UnknownVersion
-from gym_tf.library import EMPTY_LIBRARY, LibraryVersion, render_library, short, with_library, with_policy
+from gym_tf.library import EMPTY_LIBRARY, LibraryVersion, library_messages, render_library, short, with_policy
 from gym_tf.store import RunStore
 from gym_tf.studio import StudioConfig, create_studio, favicon
 from gym_tf.tenants import may_serve
@@ -91,10 +90,17 @@ class LibraryRegistry:
     def text(self, version: LibraryVersion, query: str) -> str:
         """The library text for a request: the items `select_items` picks for its text, as in optimize and eval,
         under the version's own render policy, or the server's cap when one was set."""
+        return render_library(self._rendered(version), query)
+
+    def messages(self, version: LibraryVersion, messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """A chat request's messages with the library in them, as optimize and eval send them (`library_messages`)."""
+        return library_messages(self._rendered(version), messages)[0]
+
+    def _rendered(self, version: LibraryVersion) -> LibraryVersion:
         if version.id not in self._rendering:
             capped = version.policy.model_copy(update={"max_tokens": self.max_tokens}) if self.max_tokens else None
             self._rendering[version.id] = with_policy(version, capped)
-        return render_library(self._rendering[version.id], query)
+        return self._rendering[version.id]
 
 
 class Metrics:
@@ -210,8 +216,8 @@ def create_app(upstream: Upstream, store: RunStore, config: ServerConfig | None 
         body = await _json_body(request, config.max_body_bytes)
         version = _version(request, body)
         _check(body, config.max_n, chat=True)
-        text = registry.text(version, request_text(body["messages"]))
-        asked, body = body, {**body, "model": await upstream.model_name(), "messages": with_library(body["messages"], text)}
+        asked, body = body, {**body, "model": await upstream.model_name(),
+                             "messages": registry.messages(version, body["messages"])}
         return await _forward(request, "/chat/completions", body, version, asked)
 
     @app.post("/v1/completions", openapi_extra=schema.operation(schema.COMPLETION_REQUEST))

@@ -6,7 +6,7 @@ from pydantic import ValidationError
 from gym_tf.library import (
     EMPTY_LIBRARY, EXAMPLES_HEADER, LIBRARY_HEADER, AddOp, DeleteOp, ExampleOp, MergeOp, NoneOp, OpAdapter, OpsReply,
     Provenance, RenderPolicy, UpdateOp, answer_in_problem, apply_ops, ops_schema, render_library, select_items,
-    with_library, with_policy,
+    example_text, library_messages, with_library, with_policy,
 )
 
 
@@ -339,3 +339,38 @@ def test_a_library_made_before_a_content_rule_still_imports(tmp_path):
 ])
 def test_an_answer_stated_in_its_own_problem(problem, answer, stated):
     assert answer_in_problem(problem, answer) is stated
+
+
+def _with_examples(turns: bool):
+    library, _ = apply_ops(EMPTY_LIBRARY, [AddOp(op="add", text="Count the islands before you answer."),
+                                           ExampleOp(op="example", text=example_text("Grid A: 1 1 / 0 1", "\\boxed{3}")),
+                                           ExampleOp(op="example", text=example_text("Grid B: 0 0 / 0 1", "\\boxed{1}"))],
+                           step=1)
+    return with_policy(library, RenderPolicy(examples_as_turns=turns))
+
+
+def test_examples_as_turns_are_earlier_chat_turns_and_lessons_stay_in_the_system_message():
+    library = _with_examples(turns=True)
+    asked = [{"role": "system", "content": "Solve it."}, {"role": "user", "content": "Grid C: 1 0 / 0 1"}]
+    sent, shown = library_messages(library, asked)
+    assert shown == ("E1", "E2", "E3")
+    assert sent[0] == {"role": "system", "content": f"{LIBRARY_HEADER}\n[E1] Count the islands before you answer."
+                                                    "\n\nSolve it."}
+    assert sent[1:] == [{"role": "user", "content": "Grid A: 1 1 / 0 1"}, {"role": "assistant", "content": "\\boxed{3}"},
+                        {"role": "user", "content": "Grid B: 0 0 / 0 1"}, {"role": "assistant", "content": "\\boxed{1}"},
+                        asked[1]]
+    assert "Grid A" not in sent[0]["content"]
+    assert library.messages(asked) == sent  # an app's own call sends what optimize and eval send
+    # without a system message, the turns still come first, and a conversation keeps its own order after them
+    talk = [{"role": "user", "content": "Grid D"}, {"role": "assistant", "content": "2"}, {"role": "user", "content": "Why?"}]
+    sent = library_messages(library, talk)[0]
+    assert [m["role"] for m in sent] == ["system", "user", "assistant", "user", "assistant", "user", "assistant", "user"]
+    assert sent[-3:] == talk
+
+
+def test_examples_as_text_render_as_before_and_keep_the_version_id():
+    text, turns = _with_examples(turns=False), _with_examples(turns=True)
+    assert text.id == _with_examples(turns=False).id and text.id != turns.id
+    assert "examples_as_turns" not in text.model_dump(mode="json").get("policy", {})
+    asked = [{"role": "user", "content": "Grid C"}]
+    assert library_messages(text, asked)[0] == with_library(asked, render_library(text, "Grid C"))

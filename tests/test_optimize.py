@@ -31,7 +31,7 @@ from gym_tf.metrics import canonical_answer
 from gym_tf.optimize import Optimizer, resume_config
 from gym_tf.rollouts import Rollout, build_messages
 from gym_tf.prompts import template
-from gym_tf.store import RunStore, hinted_answer, learner_answer
+from gym_tf.store import RunStore, hinted_answer, learner_answer, reference_answer
 from gym_tf.studio import queries as studio_queries
 
 # the paper's design, summaries included (off by default): these tests cover every learner stage
@@ -822,3 +822,60 @@ async def test_a_run_stopped_by_its_token_budget_does_not_say_nothing_was_learne
 async def test_a_run_that_learned_something_gives_no_nothing_learned_note(store, scripted):
     _, result = await run(store, scripted)
     assert result.library.items and not any(n.startswith("nothing learned") for n in result.progress.notes)
+
+
+def worked_answers_only(completions, answer, **_):
+    """A reward that reads an answer right only after some working: a label alone (`\\boxed{7}`) scores 0."""
+    return [float(c.startswith("Work ") and c.endswith(f"\\boxed{{{answer}}}")) for c in completions]
+
+
+@pytest.mark.parametrize("policy", ["wrong", "right"])
+async def test_a_reference_answer_alone_is_the_example_where_no_answer_of_the_model_is_fit_to_show(
+        store, quickstart, policy):
+    """`labeled_examples`: where the model answered a problem right in no showable way, the problem and its reference
+    answer (no working) become the worked example; its provenance is the problem, nothing is sampled or stored for
+    it. A model that solves its problems shows its own answers instead."""
+    answers = {p.problem: p.answer for p in quickstart}
+    model = ScriptedBackend(answers, skill=0.0 if policy == "wrong" else 1.0)
+    config = SMALL.model_copy(update={"epochs": 1, "worked_examples": True, "labeled_examples": True})
+    _, result = await run(store, model, config)
+    examples = [i for i in result.library.items if i.kind == "example"]
+    assert len(examples) == 8
+    assert len(store.rollouts(result.run_id)) == 8 * 4  # the model's groups, and nothing else stored
+    by_problem = {p.id: p for p in quickstart}
+    for item in examples:
+        [pid] = item.provenance.problem_ids
+        problem, solution = example_parts(item.text)
+        assert problem == by_problem[pid].problem.strip()
+        [key] = item.provenance.rollout_ids
+        assert reference_answer(key) == (policy == "wrong")
+        if policy == "right":
+            assert solution.startswith("Work ")
+        else:
+            assert key == f"{result.run_id}/{item.provenance.step}/reference/{pid}/0"  # no rollout stored under it
+            assert solution == f"\\boxed{{{by_problem[pid].answer}}}"
+    shown = {row[3] for row in zip(*(c.cells for c in library_table(result.library).columns))}
+    assert all(("(its reference answer, no working)" in cell) == (policy == "wrong") for cell in shown)
+
+
+async def test_a_reference_answer_the_reward_does_not_read_back_as_right_is_not_shown(store, quickstart):
+    """A label is graded by the run's own reward before it is shown, like any answer: one the grader scores below
+    full marks (here, any answer without working) never becomes an example."""
+    model = ScriptedBackend({p.problem: p.answer for p in quickstart}, skill=0.0)
+    config = SMALL.model_copy(update={"epochs": 1, "worked_examples": True, "labeled_examples": True,
+                                      "reward": "test_optimize:worked_answers_only"})
+    _, result = await run(store, model, config)
+    assert not [i for i in result.library.items if i.kind == "example"]
+    # and with labels off, the same model keeps none either: the examples above came from the labels
+    plain = SMALL.model_copy(update={"epochs": 1, "worked_examples": True})
+    _, result = await run(store, ScriptedBackend({p.problem: p.answer for p in quickstart}, skill=0.0), plain)
+    assert not [i for i in result.library.items if i.kind == "example"]
+
+
+def test_a_run_without_labeled_examples_keeps_its_config_hash():
+    from gym_tf.store import config_hash
+
+    assert "labeled_examples" not in SMALL.recorded()
+    on = SMALL.model_copy(update={"labeled_examples": True})
+    assert on.recorded()["labeled_examples"] is True
+    assert config_hash(on.recorded()) != config_hash(SMALL.recorded())

@@ -15,7 +15,8 @@ import pytest
 import uvicorn
 
 from conftest import free_port, wait_for
-from gym_tf.library import EMPTY_LIBRARY, AddOp, apply_ops, render_library, short
+from gym_tf.library import (EMPTY_LIBRARY, AddOp, ExampleOp, RenderPolicy, apply_ops, example_text,
+                            render_library, short, with_policy)
 from gym_tf.store import RunStore
 from server import ServerConfig, create_app
 from server.upstream import Upstream
@@ -116,6 +117,22 @@ def test_response_header_names_the_version_and_pinning_works(fake):
         model="m", messages=[{"role": "user", "content": "x"}], extra_headers={"x-gym-tf-library": "empty"})
     assert raw.headers["x-gym-tf-library-version"] == EMPTY_LIBRARY.id
     assert received(record)[-1]["messages"] == [{"role": "user", "content": "x"}]
+
+
+def test_a_version_that_shows_examples_as_turns_is_sent_upstream_as_turns(fake):
+    """Serve sends a chat request what optimize and eval send (`library_messages`): examples as turns before the
+    user's message when the version's policy says so; a text prompt (/v1/completions) gets them as text."""
+    client, record, store, v1, *_ = fake
+    turns, _ = apply_ops(v1, [ExampleOp(op="example", text=example_text("2 + 2?", "\\boxed{4}"))], step=3)
+    turns = with_policy(turns, RenderPolicy(examples_as_turns=True))
+    store.put_version(turns, run_id="r", status="promoted")
+    asked = [{"role": "user", "content": "3 + 3?"}]
+    client.chat.completions.create(model=f"m@{short(turns.id)}", messages=asked)
+    assert received(record)[-1]["messages"] == turns.messages(asked) == [
+        {"role": "system", "content": render_library(v1)}, {"role": "user", "content": "2 + 2?"},
+        {"role": "assistant", "content": "\\boxed{4}"}, *asked]
+    client.completions.create(model=f"m@{short(turns.id)}", prompt="3 + 3?")
+    assert "2 + 2?" in received(record)[-1]["prompt"]
 
 
 def test_unknown_pinned_version_is_404_in_openai_shape(fake):
