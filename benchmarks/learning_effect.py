@@ -25,7 +25,9 @@ aim's floor in its probe) also tells the model the reference answer of each trai
 and a right answer that does not say it was told can be the worked example; off by default (of five runs, one met
 the target: number_sorting seed 79, at a level given by hand; seed 80 with `auto` gained +0.094, its vote not beyond
 noise; count_bits seed 78 gained within noise; largest_island and binary_matrix, where every answer ran to the token
-cap, learned nothing).
+cap, learned nothing). `--labeled-examples` and `--examples-as-turns` (each `auto`: on where the level chosen was
+solved under the aim's floor) let a training problem's reference answer alone be its worked example, and show worked
+examples as earlier chat turns; off by default, measured on draw-1206 (benchmarks/results/draw-1206.md).
 Any OpenAI-compatible backend runs it for a larger model.
 
     python benchmarks/learning_effect.py --families leg_counting,gcd --out bench-out
@@ -247,7 +249,8 @@ async def one_family(family: str, args: argparse.Namespace, out: Path) -> dict:
             hard_groups=args.hard_groups, examples_per_prompt=args.examples, worked_examples=args.examples > 0,
             retrieve_lessons=args.retrieve_lessons, rollout=rollout, backend=backend_config, learner=learner_config,
             prune=args.prune, learner_examples=args.learner_examples, hinted_examples=hinted_examples(args, calibration),
-            labeled_examples=labeled_examples(args, calibration), examples_as_turns=examples_as_turns(args, calibration),
+            labeled_examples=switched_on(args.labeled_examples, calibration),
+            examples_as_turns=switched_on(args.examples_as_turns, calibration),
             examples_per_answer=args.examples_per_answer,
             refuse_copied_examples=args.refuse_copied_examples, refuse_answer_in_problem=args.refuse_answer_in_problem,
             learn_minutes=args.learn_minutes, python_tool=args.python_tool,
@@ -873,14 +876,9 @@ def solves_almost_nothing(calibration: task_levels.Calibration | None) -> bool:
     return rate is not None and rate < calibration.aim.floor
 
 
-def labeled_examples(args: argparse.Namespace, calibration: task_levels.Calibration | None) -> bool:
-    """`--labeled-examples`: on, off, or (auto) on where the model solves almost nothing."""
-    return args.labeled_examples == "on" or (args.labeled_examples == "auto" and solves_almost_nothing(calibration))
-
-
-def examples_as_turns(args: argparse.Namespace, calibration: task_levels.Calibration | None) -> bool:
-    """`--examples-as-turns`: on, off, or (auto) on where the model solves almost nothing."""
-    return args.examples_as_turns == "on" or (args.examples_as_turns == "auto" and solves_almost_nothing(calibration))
+def switched_on(choice: str, calibration: task_levels.Calibration | None) -> bool:
+    """`--labeled-examples`, `--examples-as-turns`: on, off, or (auto) on where the model solves almost nothing."""
+    return choice == "on" or (choice == "auto" and solves_almost_nothing(calibration))
 
 
 def level_arg(text: str) -> str:

@@ -21,10 +21,10 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from gym_tf.backends import BackendConfig, make_backend
 from gym_tf.config import OptimizeConfig, RolloutConfig
 from gym_tf.datasets import load_dataset
-from gym_tf.display import diff_text, library_table, metrics_table, progress_line, runs_table
+from gym_tf.display import diff_text, library_table, metrics_table, progress_line, rendered_prompt, runs_table
 from gym_tf.errors import ConfigError, GymTFError
 from ledger.errors import LedgerError
-from gym_tf.library import render_library, short, with_policy
+from gym_tf.library import short, with_policy
 from gym_tf.library_io import diff_versions, export_library, read_library_file, resolve_library
 from gym_tf.optimize import Optimizer, resume_config
 from gym_tf.python_tool import PythonTool
@@ -485,12 +485,13 @@ def runs(workspace: Workspace = None) -> None:
 @fails_cleanly
 def library_show(
     version: Annotated[str, typer.Argument(help="version id or prefix, `latest`, or a library file")] = "latest",
-    rendered: Annotated[bool, typer.Option(help="print the exact prompt text instead of a table")] = False,
+    rendered: Annotated[bool, typer.Option(help="print the exact prompt text instead of a table (with examples "
+                                                "shown as turns, the messages before a request's own)")] = False,
     workspace: Workspace = None,
 ) -> None:
     """Show one library version (default: the newest promoted)."""
     lib = resolve_library(RunStore(workspace), version)
-    console.print(render_library(lib) if rendered else library_table(lib), highlight=False, markup=not rendered)
+    console.print(rendered_prompt(lib) if rendered else library_table(lib), highlight=False, markup=not rendered)
 
 
 @library_app.command("diff")

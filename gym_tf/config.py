@@ -92,7 +92,8 @@ class OptimizeConfig(BaseModel):
                                    "told or not) is fit to show, the problem and its reference answer become the "
                                    "worked example, with no working (a labeled demonstration, as DSPy's "
                                    "BootstrapFewShot fills its free slots): it shows the answer's form and length, "
-                                   "for a model whose answers run long or come in the wrong form")
+                                   "for a model whose answers run long or come in the wrong form (with "
+                                   "refuse_copied_examples, a label repeating another's answer counts as a copy)")
     python_tool: bool = Field(False, description="the model may write a Python program in its answer; it is run "
                               "(limited, not sandboxed: `gym_tf.python_tool`) and the model, shown what it printed, "
                               "answers again")

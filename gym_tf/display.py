@@ -6,7 +6,7 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
-from gym_tf.library import LibraryVersion, example_parts, short
+from gym_tf.library import LibraryVersion, example_parts, library_messages, render_library, short
 from gym_tf.library_io import LibraryDiff
 from gym_tf.metrics import Metrics
 from gym_tf.optimize import Progress
@@ -107,6 +107,15 @@ def library_table(library: LibraryVersion, status: str = "") -> Table:
                       f"step {origin.step} {origin.op}{by} {', '.join(origin.problem_ids)}"
                       + (f"; its working is false: {false}" if false else ""))
     return table
+
+
+def rendered_prompt(library: LibraryVersion) -> str:
+    """What a request with no text of its own is sent (`library show --rendered`): the library's text, or, where
+    the version shows worked examples as turns, each message before the request's, after its role."""
+    if not library.policy.examples_as_turns:
+        return render_library(library)
+    sent = library_messages(library, [])[0]
+    return "\n\n".join(f"[{m['role']}]\n{m['content']}" for m in sent)
 
 
 def diff_text(diff: LibraryDiff) -> Group:

@@ -306,7 +306,7 @@ class RenderPolicy(BaseModel):
     def _text_examples_as_before(self, handler: Any) -> dict[str, Any]:
         data = handler(self)
         if not self.examples_as_turns:
-            del data["examples_as_turns"]  # versions made before the field keep their ids
+            data.pop("examples_as_turns", None)  # versions made before the field keep their ids
         return data
 
 
@@ -342,7 +342,9 @@ class LibraryVersion(BaseModel):
         return next((item for item in self.items if item.id == item_id), None)
 
     def render(self, query: str | None = None) -> str:
-        """The prompt text for a request whose text is `query`: what optimize, eval and serve put in the prompt."""
+        """The prompt text for a request whose text is `query`: what optimize, eval and serve put in the system
+        message (worked examples included; a policy that shows them as turns sends those as messages instead:
+        `messages`)."""
         return render_library(self, query)
 
     def messages(self, messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -634,20 +636,23 @@ def library_messages(library: LibraryVersion, messages: list[dict[str, Any]]) ->
     """A chat request with the library's items for it (`select_items` over its text), and their ids: what optimize,
     eval and serve send. Lessons, and worked examples unless the policy shows them as turns, go first in the system
     message; as turns, each example is a user message (its problem) and an assistant message (its solution), in
-    order before the request's first message that is not a system one. A small model copies the form and length of
+    order before the request's first message that is not a system one, where that one is the user's (else the
+    examples stay system text). A small model copies the form and length of
     an answer it has itself given far more than of one it read in its instructions (the 0.5B, answering
     largest_island with two reference answers shown: as system text 0 of 16 right, 11 cut at the token cap; as
     turns 7 of 16, none cut: a scratch probe, 2026-12-06)."""
     items = select_items(library, request_text(messages))
-    if not library.policy.examples_as_turns:
-        return with_library(messages, render_items(items)), tuple(i.id for i in items)
-    out = with_library(messages, render_items(tuple(i for i in items if i.kind == "lesson")))
-    turns = []
-    for example in (i for i in items if i.kind == "example"):
-        problem, solution = example_parts(example.text)
-        turns += [{"role": "user", "content": problem}, {"role": "assistant", "content": solution}]
-    at = next((n for n, m in enumerate(out) if m.get("role") not in ("system", "developer")), len(out))
-    return out[:at] + turns + out[at:], tuple(i.id for i in items)
+    ids = tuple(i.id for i in items)
+    at = next((n for n, m in enumerate(messages) if m.get("role") not in ("system", "developer")), len(messages))
+    # turns need a user's message to follow them (a chat that opens with the assistant would get two assistant turns
+    # in a row, which strict chat templates refuse) and examples in "Problem: / Solution:" form (imported ones may not)
+    as_turns = [i for i in items if i.kind == "example" and all(example_parts(i.text))] if (
+        library.policy.examples_as_turns and at < len(messages) and messages[at].get("role") == "user") else []
+    out = with_library(messages, render_items(tuple(i for i in items if i not in as_turns)))
+    turns = [{"role": role, "content": text} for example in as_turns
+             for role, text in zip(("user", "assistant"), example_parts(example.text))]
+    at += len(out) - len(messages)  # a system message added in front
+    return out[:at] + turns + out[at:], ids
 
 
 def with_policy(library: LibraryVersion, policy: RenderPolicy | None) -> LibraryVersion:

@@ -515,7 +515,8 @@ class Optimizer:
         """With `labeled_examples`: for each problem that has no worked example yet and no answer in `answered` fit
         to be one, its reference answer as the whole solution (`\\boxed{answer}`, no working), graded by the same
         reward so that only a label the grader reads back as right can be shown. Nothing is sampled or stored: the
-        dataset row is the record, and the example's provenance names its problem."""
+        dataset row is the record, and the example's rollout key (`reference/<problem id>`) says so."""
+        self._check_budget()  # a judge reward pays for its grades
         todo = [p for p in self._unexampled(batch, answered, library) if p.conversation is None]
         graded = await gather_or_cancel(*(score(self.reward, p, [labeled_solution(p.answer)]) for p in todo))
         return {p.id: [Rollout(problem_id=p.id, sample=0, messages=[], completion=labeled_solution(p.answer),

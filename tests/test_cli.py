@@ -11,7 +11,7 @@ from fakes import ScriptedBackend
 from gym_tf.cli import app
 from gym_tf.config import OptimizeConfig
 from gym_tf.datasets import load_dataset
-from gym_tf.library import short
+from gym_tf.library import RenderPolicy, example_parts, short, with_policy
 from gym_tf.optimize import Optimizer
 from gym_tf.store import RunStore
 
@@ -85,6 +85,14 @@ def test_runs_library_show_diff_export_import(trained_workspace, tmp_path):
     assert lessons and examples and all(f"[{i.id}] {i.text}" in rendered.stdout for i in lessons)
     # with no problem to match, the policy's two newest worked examples
     assert [i.id for i in examples if f"[{i.id}] " in rendered.stdout] == [i.id for i in examples[-2:]]
+
+    # a version that shows its examples as turns prints the messages a request gets before its own
+    turns = with_policy(result.library, RenderPolicy(examples_as_turns=True))
+    RunStore(ws).put_version(turns, run_id=result.run_id, status="candidate")
+    shown = run_cli("library", "show", turns.id[:20], "--rendered", "--workspace", str(ws)).stdout
+    problem, solution = example_parts(examples[-1].text)
+    assert shown.startswith("[system]\nExperiences learned from earlier problems") and f"[{examples[-1].id}]" not in shown
+    assert f"[user]\n{problem}\n\n[assistant]\n{solution}" in shown
 
     diff = run_cli("library", "diff", "empty", short(result.library.id), "--workspace", str(ws))
     assert diff.returncode == 0 and f"ops applied ({len(result.library.items)})" in diff.stdout

@@ -876,6 +876,28 @@ def test_the_model_is_told_answers_where_its_probe_solved_almost_nothing(bench, 
     assert bench.changed_settings(recorded) == ""
 
 
+@pytest.mark.parametrize(("flag", "given", "rates", "level", "on"), [
+    ("--labeled-examples", "auto", {0: 0.0, -1: 0.03}, -1, True),   # the chosen level solved under the floor
+    ("--labeled-examples", "auto", {0: 0.0, -1: 0.06}, -1, False),  # at the floor or above: the model's own answers
+    ("--examples-as-turns", "auto", {0: 0.0, -2: 0.0}, -2, True),
+    ("--examples-as-turns", "auto", {0: 0.5, 1: 0.31}, 1, False),
+    ("--examples-as-turns", "auto", None, None, False),             # a level given: no probe says it solves nothing
+    ("--labeled-examples", "on", {0: 0.5}, 0, True),
+    ("--examples-as-turns", "off", {0: 0.0}, 0, False),
+])
+def test_labels_and_turns_switch_on_where_the_probe_solved_almost_nothing(bench, flag, given, rates, level, on):
+    from gym_tf import task_levels
+
+    args = bench.arguments().parse_args([flag, given])
+    calibration = task_levels.Calibration(level, rates, 0, task_levels.AIM, ()) if rates else None
+    assert bench.switched_on(getattr(args, flag[2:].replace("-", "_")), calibration) is on
+    assert bench.changed_settings(bench.settings(args)) == ("" if given == "off" else f"{flag} {given}")
+    # runs recorded before the settings existed count at the defaults
+    recorded = {k: v for k, v in bench.settings(bench.arguments().parse_args([])).items()
+                if k not in ("labeled_examples", "examples_as_turns")}
+    assert bench.changed_settings(recorded) == ""
+
+
 @pytest.mark.parametrize("text", ["-1", "17", "two", ""])
 def test_a_number_of_told_answers_outside_0_to_16_is_refused(bench, text):
     with pytest.raises(SystemExit):

@@ -368,9 +368,38 @@ def test_examples_as_turns_are_earlier_chat_turns_and_lessons_stay_in_the_system
     assert sent[-3:] == talk
 
 
+@pytest.mark.parametrize("asked", [
+    [],                                                                        # nothing asked
+    [{"role": "system", "content": "Be brief."}],                              # instructions, no question
+    [{"role": "assistant", "content": "Hello!"}, {"role": "user", "content": "Grid C"}],  # the assistant opens
+])
+def test_a_request_that_does_not_open_with_the_user_gets_the_examples_as_system_text(asked):
+    """Turns go only before a user's message: otherwise the request would end on an example's answer, or hold two
+    assistant turns in a row (which strict chat templates refuse)."""
+    turns, text = _with_examples(turns=True), _with_examples(turns=False)
+    sent, shown = library_messages(turns, asked)
+    assert (sent, shown) == library_messages(text, asked)
+    assert [m["role"] for m in sent] == ["system", *(m["role"] for m in asked if m["role"] != "system")]
+    assert "Grid A" in sent[0]["content"]
+
+
+def test_an_example_not_in_problem_and_solution_form_stays_system_text():
+    odd, _ = apply_ops(_with_examples(turns=True), [ExampleOp(op="example", text="Grid E has two islands: 2.")], step=2)
+    library = with_policy(odd, RenderPolicy(examples=3, examples_as_turns=True))
+    sent, shown = library_messages(library, [{"role": "user", "content": "Grid E"}])
+    assert set(shown) == {"E1", "E2", "E3", "E4"}
+    assert "[E4] Grid E has two islands: 2." in sent[0]["content"] and "Grid A" not in sent[0]["content"]
+    assert [m["role"] for m in sent] == ["system", "user", "assistant", "user", "assistant", "user"]
+    assert all(m["content"] for m in sent)
+
+
 def test_examples_as_text_render_as_before_and_keep_the_version_id():
     text, turns = _with_examples(turns=False), _with_examples(turns=True)
-    assert text.id == _with_examples(turns=False).id and text.id != turns.id
-    assert "examples_as_turns" not in text.model_dump(mode="json").get("policy", {})
+    assert text.id != turns.id
+    # the field is left out where it is off, also beside other policy settings: a version made before it existed
+    # has the same bytes, so the same id
+    wider = with_policy(text, RenderPolicy(max_tokens=2048)).canonical_bytes().decode()
+    assert '"max_tokens":2048' in wider.replace(" ", "") and "examples_as_turns" not in wider
+    assert turns.model_dump(mode="json")["policy"]["examples_as_turns"] is True
     asked = [{"role": "user", "content": "Grid C"}]
     assert library_messages(text, asked)[0] == with_library(asked, render_library(text, "Grid C"))

@@ -856,6 +856,12 @@ async def test_a_reference_answer_alone_is_the_example_where_no_answer_of_the_mo
             assert solution == f"\\boxed{{{by_problem[pid].answer}}}"
     shown = {row[3] for row in zip(*(c.cells for c in library_table(result.library).columns))}
     assert all(("(its reference answer, no working)" in cell) == (policy == "wrong") for cell in shown)
+    with sqlite3.connect(store.root / "gym-tf.db") as con:  # the studio counts no rollout behind a label, names its problem
+        page = studio_queries.version(con, result.library.id)
+        item = studio_queries.item(con, result.library.id, examples[0].id)
+    assert {i["rollouts"] for i in page["items"]} == {0 if policy == "wrong" else 1}
+    assert item["problems"] == [{"id": examples[0].provenance.problem_ids[0],
+                                 "text": by_problem[examples[0].provenance.problem_ids[0]].problem.strip()}]
 
 
 async def test_a_reference_answer_the_reward_does_not_read_back_as_right_is_not_shown(store, quickstart):
@@ -872,10 +878,29 @@ async def test_a_reference_answer_the_reward_does_not_read_back_as_right_is_not_
     assert not [i for i in result.library.items if i.kind == "example"]
 
 
-def test_a_run_without_labeled_examples_keeps_its_config_hash():
+@pytest.mark.parametrize("setting", ["labeled_examples", "examples_as_turns"])
+def test_a_run_without_the_new_example_settings_keeps_its_config_hash(setting):
     from gym_tf.store import config_hash
 
-    assert "labeled_examples" not in SMALL.recorded()
-    on = SMALL.model_copy(update={"labeled_examples": True})
-    assert on.recorded()["labeled_examples"] is True
+    assert setting not in SMALL.recorded()
+    on = SMALL.model_copy(update={setting: True})
+    assert on.recorded()[setting] is True
     assert config_hash(on.recorded()) != config_hash(SMALL.recorded())
+
+
+async def test_examples_as_turns_reach_every_version_and_the_prompts_the_model_is_sent(store, quickstart):
+    """`examples_as_turns` is the run's render policy: every version it makes carries it, and the model is sent the
+    examples it is shown as earlier turns of the chat (so eval and serve, which render by the version, send the same)."""
+    answers = {p.problem: p.answer for p in quickstart}
+    config = SMALL.model_copy(update={"epochs": 1, "worked_examples": True, "labeled_examples": True,
+                                      "examples_as_turns": True})
+    _, result = await run(store, ScriptedBackend(answers, skill=0.0), config)
+    assert result.library.policy.examples_as_turns and len(result.library.items) >= 4
+    second = store.rollouts(result.run_id, 2)  # asked with step 1's four labeled examples
+    assert second and all(r.shown for r in second)
+    for r in second:
+        roles = [m["role"] for m in r.messages]
+        assert roles == ["system", "user", "assistant", "user", "assistant", "user"]
+        shown = {result.library.get(i).text for i in r.shown}
+        assert {example_text(r.messages[n]["content"], r.messages[n + 1]["content"]) for n in (1, 3)} <= shown
+        assert r.messages[2]["content"].startswith("\\boxed{")

@@ -14,7 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from gym_tf.errors import UnknownRecord, UnknownRun, UnknownVersion
-from gym_tf.store import HINTED_ANSWER, LEARNER_ANSWER, ROLLOUT_STAGE_SQL, shown_status
+from gym_tf.library import example_parts
+from gym_tf.store import HINTED_ANSWER, LEARNER_ANSWER, ROLLOUT_STAGE_SQL, reference_answer, shown_status
 from ledger.cid import cid
 from ledger.errors import LedgerError
 from ledger.log import MerkleLog, verify_entry
@@ -253,7 +254,8 @@ def version(con: sqlite3.Connection, ref: str) -> dict[str, Any]:
         "policy": content.get("policy"), "served": served_version_id(con) == version_id,
         "items": [{"id": i["id"], "kind": i.get("kind", "lesson"), "text": i["text"], "step": i["provenance"]["step"],
                    "op": i["provenance"]["op"], "problems": len(i["provenance"].get("problem_ids", [])),
-                   "rollouts": len(i["provenance"].get("rollout_ids", [])), "credit": credit.get(i["id"])}
+                   "rollouts": len([k for k in i["provenance"].get("rollout_ids", []) if not reference_answer(k)]),
+                   "credit": credit.get(i["id"])}
                   for i in content["items"]],
         "children": children, "ops": [{**o, "op": _loads(o["op"])} for o in ops],
     }
@@ -283,6 +285,8 @@ def item(con: sqlite3.Connection, ref: str, item_id: str) -> dict[str, Any]:
                             users[-1] if users and isinstance(users[-1], str) else "")
     run_id = rollouts[0]["run_id"] if rollouts else content_run(con, version_id)
     problem_ids = list(origin.get("problem_ids", []))
+    if found.get("kind") == "example" and len(problem_ids) == 1:  # a labeled example has no rollout to read it from
+        problems.setdefault(problem_ids[0], example_parts(found["text"])[0])
     calls = []
     if run_id and problem_ids:
         wanted = set(problem_ids)
