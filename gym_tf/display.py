@@ -114,7 +114,7 @@ def rendered_prompt(library: LibraryVersion) -> str:
     the version shows worked examples as turns, each message before the request's, after its role."""
     if not library.policy.examples_as_turns:
         return render_library(library)
-    sent = library_messages(library, [])[0]
+    sent = library_messages(library, [{"role": "user", "content": ""}])[0][:-1]  # the request's own message left out
     return "\n\n".join(f"[{m['role']}]\n{m['content']}" for m in sent)
 
 
