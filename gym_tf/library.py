@@ -640,7 +640,7 @@ def library_messages(library: LibraryVersion, messages: list[dict[str, Any]]) ->
     examples stay system text). A small model copies the form and length of
     an answer it has itself given far more than of one it read in its instructions (the 0.5B, answering
     largest_island with two reference answers shown: as system text 0 of 16 right, 11 cut at the token cap; as
-    turns 7 of 16, none cut: a scratch probe, 2026-12-06)."""
+    turns 7 of 16, none cut, most of them the shown answer, 10, copied: a scratch probe, 2026-12-06)."""
     items = select_items(library, request_text(messages))
     ids = tuple(i.id for i in items)
     at = next((n for n, m in enumerate(messages) if m.get("role") not in ("system", "developer")), len(messages))
