@@ -1,6 +1,6 @@
 """Group rollouts: G answers per problem from the frozen model, each scored by the reward.
 
-One prompt template serves optimization, evaluation and (through `with_library`) the server, so the library
+One prompt template serves optimization, evaluation and (through `library_messages`) the server, so the library
 always sits in the same place of the prompt.
 """
 
