@@ -262,7 +262,8 @@ def test_the_plot_draws_every_run_once_and_stars_the_runs_of_an_earlier_rule_or_
     assert (tmp_path / "effect.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert len(labels) == len(rows)
     assert [label for label in labels if label.endswith(" *")] == [
-        "survo 1206, 0.5B, 2 epochs, no library 0.00 *",  # --labeled-examples auto --examples-as-turns auto
+        "caesar_cipher 1206, 0.5B, 2 epochs, no library 0.00 *",  # --labeled-examples auto --examples-as-turns auto
+        "survo 1206, 0.5B, 2 epochs, no library 0.00 *",  # the same
         "course_schedule 1206, 0.5B, 2 epochs, no library 0.01 *",  # the same
         "game_of_life 1206, 0.5B, 2 epochs, no library 0.00 *",  # the same
         "rectangle_count 1206, 0.5B, 2 epochs, no library 0.03 *",  # the same
