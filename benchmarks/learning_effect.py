@@ -27,7 +27,9 @@ the target: number_sorting seed 79, at a level given by hand; seed 80 with `auto
 noise; count_bits seed 78 gained within noise; largest_island and binary_matrix, where every answer ran to the token
 cap, learned nothing). `--labeled-examples` and `--examples-as-turns` (each `auto`: on where the level chosen was
 solved under the aim's floor) let a training problem's reference answer alone be its worked example, and show worked
-examples as earlier chat turns; off by default, measured on draw-1206 (benchmarks/results/draw-1206.md).
+examples as earlier chat turns; measured on draw-1206 (benchmarks/results/draw-1206.md), `auto` by default since
+2026-12-06 (rows archived before then that probed under the floor were relabelled `--examples-as-turns off
+--labeled-examples off`: they did not run today's default).
 Any OpenAI-compatible backend runs it for a larger model.
 
     python benchmarks/learning_effect.py --families leg_counting,gcd --out bench-out
@@ -143,6 +145,8 @@ LATER_SETTINGS = {"examples_per_answer": "None", "refuse_copied_examples": "Fals
                   "refuse_answer_in_problem": "False", "learn_minutes": "None",
                   "hinted_examples": "0", "python_tool": "False", "labeled_examples": "off",
                   "examples_as_turns": "off"}
+# the settings whose `auto` switches on only where the level chosen was solved under the aim's floor in its probe
+AUTO_SWITCHES = ("labeled_examples", "examples_as_turns")
 # settings since removed (each sample shown its own examples: no gain in three A/Bs), with the value that runs without
 # them had: a run recorded with that value resumes as it was
 RETIRED_SETTINGS = {"test_vary": "False", "vary_examples": "False"}
@@ -458,12 +462,23 @@ def changed_settings(recorded: dict) -> str:
     return " ".join(words)
 
 
+def as_run(c: dict) -> dict[str, str]:
+    """A run's recorded settings, with `--labeled-examples` and `--examples-as-turns` read as `auto` (the default)
+    where the run had each on or off exactly as `auto` would have had it on its probe: a run recorded before they
+    existed (off) at a level given or probed at the floor or above ran the default."""
+    probes = c.get("probes")
+    rate = probes["rates"].get(str(c.get("level"))) if probes else None
+    auto_on = rate is not None and rate < probes.get("aim", {}).get("floor", 0.0)
+    return c["settings"] | {key: "auto" for key in AUTO_SWITCHES if bool(c.get(key)) == auto_on
+                            and c["settings"].get(key, LATER_SETTINGS[key]) in ("on", "off")}
+
+
 def row(c: dict) -> dict:
     """One table row from a family's comparison.json; a run off the method's defaults names them with its family
     ("polynomial_equations (--examples-per-answer 1)"), which keeps it out of the count across families."""
     none, learned = c["arms"][:2]
     interval = lambda e: (e["value"], e["low"], e["high"])  # noqa: E731
-    changed = changed_settings(c["settings"])
+    changed = changed_settings(as_run(c))
     return {"family": c["family"] + (f" ({changed})" if changed else ""), "seed": c["settings"]["seed"],
             "epochs": int(c["settings"].get("epochs", 1)), "train": int(c["settings"].get("train", FIRST_TRAIN)),
             "level": level_text(c), "model": c["model"],
@@ -920,13 +935,13 @@ def arguments() -> argparse.ArgumentParser:
                              "(this many) can be the worked example; auto: 2 where the level chosen was solved under "
                              "the aim's floor in its probe (the model solves almost nothing), else 0; off by "
                              "default: one of five runs met the target (benchmarks/results/draw-76.md)")
-    parser.add_argument("--labeled-examples", choices=("auto", "on", "off"), default="off",
+    parser.add_argument("--labeled-examples", choices=("auto", "on", "off"), default="auto",
                         help="where still no answer is fit to show, the problem's reference answer alone (no working) "
-                             "can be the worked example; auto: on where the level chosen was solved under the aim's "
-                             "floor in its probe")
-    parser.add_argument("--examples-as-turns", choices=("auto", "on", "off"), default="off",
-                        help="show worked examples as earlier turns of the chat, not as system-message text; auto: on "
-                             "where the level chosen was solved under the aim's floor in its probe")
+                             "can be the worked example; auto (the default): on where the level chosen was solved "
+                             "under the aim's floor in its probe")
+    parser.add_argument("--examples-as-turns", choices=("auto", "on", "off"), default="auto",
+                        help="show worked examples as earlier turns of the chat, not as system-message text; auto (the "
+                             "default): on where the level chosen was solved under the aim's floor in its probe")
     parser.add_argument("--summarize", action=argparse.BooleanOptionalAction, default=False)
     parser.add_argument("--hard-groups", default="skip")
     parser.add_argument("--prune", action=argparse.BooleanOptionalAction, default=True,

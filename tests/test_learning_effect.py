@@ -262,52 +262,67 @@ def test_the_plot_draws_every_run_once_and_stars_the_runs_of_an_earlier_rule_or_
     assert (tmp_path / "effect.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert len(labels) == len(rows)
     assert [label for label in labels if label.endswith(" *")] == [
-        "caesar_cipher 1206, 0.5B, 2 epochs, no library 0.00 *",  # --labeled-examples auto --examples-as-turns auto
-        "survo 1206, 0.5B, 2 epochs, no library 0.00 *",  # the same
-        "course_schedule 1206, 0.5B, 2 epochs, no library 0.01 *",  # the same
-        "game_of_life 1206, 0.5B, 2 epochs, no library 0.00 *",  # the same
-        "rectangle_count 1206, 0.5B, 2 epochs, no library 0.03 *",  # the same
-        "word_sequence_reversal 1206, 0.5B, 2 epochs, no library 0.00 *",  # the same
-        "count_primes 1206, 0.5B, 2 epochs, no library 0.03 *",  # the same (its probe at the floor: both stayed off)
-        "pool_matrix 76, 0.5B, 2 epochs, no library 0.00 *",  # --python-tool
-        "rubiks_cube 76, 0.5B, 2 epochs, no library 0.01 *",  # --python-tool
-        "cryptarithm 76, 0.5B, 2 epochs, no library 0.00 *",  # --python-tool
+        "pool_matrix 76, 0.5B, 2 epochs, no library 0.00 *",  # --python-tool; both options off (its probe under 0.05)
+        "rubiks_cube 76, 0.5B, 2 epochs, no library 0.01 *",  # the same
+        "cryptarithm 76, 0.5B, 2 epochs, no library 0.00 *",  # the same
         "binary_alternation 76, 0.5B, 2 epochs, no library 0.10 *",  # --python-tool
-        "number_sorting 76, 0.5B, 2 epochs, no library 0.03 *",  # --python-tool
-        "emoji_mystery 76, 0.5B, 2 epochs, no library 0.01 *",  # --python-tool
-        "sudoku 76, 0.5B, 2 epochs, no library 0.00 *",  # --python-tool
-        "advanced_geometry 76, 0.5B, 2 epochs, no library 0.01 *",  # --python-tool
-        "palindrome_generation 76, 0.5B, 2 epochs, no library 0.04 *",  # --python-tool
-        "binary_matrix 76, 0.5B, 2 epochs, no library 0.00 *",  # --python-tool
-        "largest_island 76, 0.5B, 2 epochs, no library 0.00 *",  # --python-tool
-        "figlet_font 76, 0.5B, 2 epochs, no library 0.02 *",  # --python-tool
-        "codeio 76, 0.5B, 2 epochs, no library 0.00 *",  # --python-tool
+        "number_sorting 76, 0.5B, 2 epochs, no library 0.03 *",  # the same
+        "emoji_mystery 76, 0.5B, 2 epochs, no library 0.01 *",  # the same
+        "sudoku 76, 0.5B, 2 epochs, no library 0.00 *",  # the same
+        "advanced_geometry 76, 0.5B, 2 epochs, no library 0.01 *",  # the same
+        "palindrome_generation 76, 0.5B, 2 epochs, no library 0.04 *",  # the same
+        "binary_matrix 76, 0.5B, 2 epochs, no library 0.00 *",  # the same
+        "largest_island 76, 0.5B, 2 epochs, no library 0.00 *",  # the same
+        "figlet_font 76, 0.5B, 2 epochs, no library 0.02 *",  # the same
+        "codeio 76, 0.5B, 2 epochs, no library 0.00 *",  # the same
         "count_bits 76, 0.5B, 2 epochs, no library 0.36 *",  # --python-tool
-        "binary_matrix 76, 0.5B, 2 epochs, no library 0.00 *",  # --hinted-examples auto
-        "largest_island 76, 0.5B, 2 epochs, no library 0.00 *",  # --hinted-examples auto
-        "number_sorting 80, 0.5B, 2 epochs, no library 0.00 *",  # --hinted-examples auto
+        "binary_matrix 76, 0.5B, 2 epochs, no library 0.00 *",  # --hinted-examples auto; both options off
+        "largest_island 76, 0.5B, 2 epochs, no library 0.00 *",  # the same
+        "number_sorting 80, 0.5B, 2 epochs, no library 0.00 *",  # the same
         "number_sorting 79, 0.5B, 2 epochs, no library 0.00 *",  # --hinted-examples 2
-        "count_bits 78, 0.5B, 2 epochs, no library 0.14 *",  # --hinted-examples 2
-        "basic_arithmetic 74, 0.5B, 2 epochs, 48 problems, no library 0.53 *",
-        "fraction_simplification 74, 0.5B, 2 epochs, 48 problems, no library 0.14 *",
-        "fraction_simplification 73, 0.5B, 48 problems, no library 0.06 *",  # one epoch
-        "simple_equations 73, 0.5B, 48 problems, no library 0.17 *",
-        "time_intervals 72, 0.5B, 2 epochs, 48 problems, no library 0.23 *",
-        "products 72, 0.5B, 2 epochs, 48 problems, no library 0.44 *",
-        "decimal_chain_sum 70, 0.5B, 2 epochs, 48 problems, no library 0.25 *",
-        "products 70, 0.5B, 2 epochs, 48 problems, no library 0.81 *",
-        "decimal_arithmetic 68, 0.5B, 2 epochs, 48 problems, no library 0.06 *",
-        "letter_counting 68, 0.5B, 2 epochs, 48 problems, no library 0.18 *",
-        "spell_backward 67, 0.5B, 2 epochs, 48 problems, no library 0.19 *",
-        "aiw 66, 0.5B, 2 epochs, 48 problems, no library 0.09 *",
-        "spell_backward 66, 0.5B, 2 epochs, 48 problems, no library 0.21 *",
+        "count_bits 78, 0.5B, 2 epochs, no library 0.14 *",  # the same
+        "number_sorting 77, 0.5B, 2 epochs, no library 0.00 *",  # --examples-as-turns off --labeled-examples off (auto since)
+        "figlet_font 76, 0.5B, 2 epochs, no library 0.01 *",  # the same
+        "codeio 76, 0.5B, 2 epochs, no library 0.00 *",  # the same
+        "bitwise_arithmetic 75, 0.5B, 2 epochs, no library 0.00 *",  # the same
+        "decimal_arithmetic 75, 0.5B, 2 epochs, no library 0.07 *",  # the same
+        "basic_arithmetic 74, 0.5B, 2 epochs, 48 problems, no library 0.53 *",  # --train 48
+        "fraction_simplification 74, 0.5B, 2 epochs, 48 problems, no library 0.14 *",  # the same
+        "fraction_simplification 73, 0.5B, 48 problems, no library 0.06 *",  # --epochs 1 --train 48
+        "simple_equations 73, 0.5B, 48 problems, no library 0.17 *",  # the same
+        "time_intervals 72, 0.5B, 2 epochs, 48 problems, no library 0.23 *",  # --train 48
+        "products 72, 0.5B, 2 epochs, 48 problems, no library 0.44 *",  # the same
+        "decimal_chain_sum 70, 0.5B, 2 epochs, 48 problems, no library 0.25 *",  # the same
+        "products 70, 0.5B, 2 epochs, 48 problems, no library 0.81 *",  # the same
+        "decimal_arithmetic 68, 0.5B, 2 epochs, 48 problems, no library 0.06 *",  # the same
+        "letter_counting 68, 0.5B, 2 epochs, 48 problems, no library 0.18 *",  # the same
+        "spell_backward 67, 0.5B, 2 epochs, 48 problems, no library 0.19 *",  # the same
+        "aiw 66, 0.5B, 2 epochs, 48 problems, no library 0.09 *",  # the same
+        "spell_backward 66, 0.5B, 2 epochs, 48 problems, no library 0.21 *",  # the same
         "products 46, 0.5B, 2 epochs, no library 0.34 *",  # --refuse-answer-in-problem
-        "number_sequence 45, 0.5B, 2 epochs, no library 0.10 *", "spell_backward 62, 0.5B, 2 epochs, no library 0.21 *",
+        "number_sequence 45, 0.5B, 2 epochs, no library 0.10 *",  # --refuse-answer-in-problem; both options off
+        "spell_backward 62, 0.5B, 2 epochs, no library 0.21 *",  # --refuse-answer-in-problem
         "color_cube_rotation 53, 0.5B, 2 epochs, no library 0.03 *",  # --refuse-copied-examples
         "polynomial_equations 51, 0.5B, 2 epochs, no library 0.37 *",  # --examples-per-answer 1
-        "decimal_chain_sum 9, 0.5B, 2 epochs, no library 0.24 *", "fraction_simplification 11, 0.5B, no library 0.10 *",
-        "letter_counting 5, 0.5B, no library 0.17 *", "basic_arithmetic 13, 0.5B, no library 0.68 *",
-        "decimal_chain_sum 11, 0.5B, no library 0.25 *"]
+        "bitwise_arithmetic 50, 0.5B, 2 epochs, no library 0.00 *",  # --examples-as-turns off --labeled-examples off
+        "calendar_arithmetic 49, 0.5B, 2 epochs, no library 0.18 *",  # the same
+        "decimal_arithmetic 48, 0.5B, 2 epochs, no library 0.06 *",  # the same
+        "isomorphic_strings 45, 0.5B, 2 epochs, no library 0.03 *",  # the same
+        "decimal_chain_sum 9, 0.5B, 2 epochs, no library 0.24 *",  # an earlier rule
+        "lcm 12, 0.5B, 2 epochs, no library 0.01 *",  # --examples-as-turns off --labeled-examples off
+        "spell_backward 9, 0.5B, 2 epochs, no library 0.22 *",  # the same
+        "gcd 7, 0.5B, 2 epochs, no library 0.10 *",  # the same
+        "prime_factorization 41, 0.5B, 2 epochs, no library 0.00 *",  # the same
+        "decimal_arithmetic 31, 0.5B, 2 epochs, no library 0.05 *",  # the same
+        "coin_flip 5, 0.5B, 2 epochs, no library 0.03 *",  # the same
+        "fraction_simplification 11, 0.5B, no library 0.10 *",  # an earlier rule
+        "letter_counting 5, 0.5B, no library 0.17 *",  # an earlier rule
+        "coin_flip 5, 0.5B, no library 0.00 *",  # --examples-as-turns off --labeled-examples off
+        "coin_flip 5, 0.5B, no library 0.03 *",  # the same
+        "gcd 7, 0.5B, no library 0.08 *",  # the same
+        "prime_factorization 41, 0.5B, no library 0.00 *",  # the same
+        "basic_arithmetic 13, 0.5B, no library 0.68 *",  # an earlier rule
+        "decimal_chain_sum 11, 0.5B, no library 0.25 *"]  # an earlier rule
     assert {"decimal_arithmetic 31, 1.5B, no library 0.18", "decimal_arithmetic 31, 0.5B, no library 0.05",
             "decimal_arithmetic 31, 0.5B (learner 1.5B), no library 0.04"} < set(labels)
     assert {"simple_equations 21, 0.5B, 2 epochs, no library 0.15", "simple_equations 21, 0.5B, no library 0.15",
@@ -898,11 +913,34 @@ def test_labels_and_turns_switch_on_where_the_probe_solved_almost_nothing(bench,
     args = bench.arguments().parse_args([flag, given])
     calibration = task_levels.Calibration(level, rates, 0, task_levels.AIM, ()) if rates else None
     assert bench.switched_on(getattr(args, flag[2:].replace("-", "_")), calibration) is on
-    assert bench.changed_settings(bench.settings(args)) == ("" if given == "off" else f"{flag} {given}")
-    # runs recorded before the settings existed count at the defaults
+    assert bench.changed_settings(bench.settings(args)) == ("" if given == "auto" else f"{flag} {given}")
+    # `auto` is the default since 2026-12-06; runs recorded before the settings existed ran both off
     recorded = {k: v for k, v in bench.settings(bench.arguments().parse_args([])).items()
                 if k not in ("labeled_examples", "examples_as_turns")}
-    assert bench.changed_settings(recorded) == ""
+    assert bench.changed_settings(recorded) == "--examples-as-turns off --labeled-examples off"
+
+
+@pytest.mark.parametrize(("rate", "recorded", "ran", "label"), [
+    (0.0, None, None, "gcd (--examples-as-turns off --labeled-examples off)"),  # before the settings: both off
+    (0.0, "auto", True, "gcd"),
+    (0.0, "on", True, "gcd"),                                  # on, as auto would have had it: the default
+    (0.06, None, None, "gcd"),                                 # at the floor: auto would have left both off
+    (0.06, "on", True, "gcd (--examples-as-turns on --labeled-examples on)"),
+])
+def test_a_row_names_the_turn_options_only_where_auto_would_have_run_otherwise(bench, rate, recorded, ran, label):
+    metric = {"value": 0.25, "low": 0.1, "high": 0.4}
+    arm = lambda name: {"name": name, "library_items": 1, "tokens": {"learning": 100},  # noqa: E731
+                        "metrics": {"mean_at_k": metric, "majority": metric}, "mean_vs_baseline": metric,
+                        "majority_vs_baseline": metric, "mean_vs_baseline_majority": metric}
+    settings = {k: v for k, v in bench.settings(bench.arguments().parse_args(["--seed", "7"])).items()
+                if k not in bench.AUTO_SWITCHES} | ({k: recorded for k in bench.AUTO_SWITCHES} if recorded else {})
+    comparison = {"family": "gcd", "settings": settings, "model": "0.5B", "problems": 24, "samples": 4,
+                  "arms": [arm("none"), arm("learned")], "library": [{"kind": "example"}],
+                  "extra_prompt_tokens_per_call": {"learned": 40}, "wall_s": 600, "cpu": "AMD EPYC (AVX2)",
+                  "level": 0, "probes": {"level": 0, "rates": {"0": rate}, "tokens": 1000,
+                                         "aim": {"target": 0.3, "floor": 0.05}, "too_few": []},
+                  "labeled_examples": ran, "examples_as_turns": ran}
+    assert bench.row(comparison)["family"] == label
 
 
 @pytest.mark.parametrize("text", ["-1", "17", "two", ""])
