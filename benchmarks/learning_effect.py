@@ -465,10 +465,12 @@ def changed_settings(recorded: dict) -> str:
 def as_run(c: dict) -> dict[str, str]:
     """A run's recorded settings, with `--labeled-examples` and `--examples-as-turns` read as `auto` (the default)
     where the run had each on or off exactly as `auto` would have had it on its probe: a run recorded before they
-    existed (off) at a level given or probed at the floor or above ran the default."""
+    existed (off) at a level given or probed at the floor or above ran the default. Runs from before the floor
+    (2026-12-02) are read against today's: `auto` would switch on where their level probed under it."""
     probes = c.get("probes")
-    rate = probes["rates"].get(str(c.get("level"))) if probes else None
-    auto_on = rate is not None and rate < probes.get("aim", {}).get("floor", 0.0)
+    rates = {str(level): rate for level, rate in probes["rates"].items()} if probes else {}  # int keys before JSON
+    rate = rates.get(str(c.get("level")))
+    auto_on = rate is not None and rate < ((probes.get("aim") or {}).get("floor") or task_levels.AIM.floor)
     return c["settings"] | {key: "auto" for key in AUTO_SWITCHES if bool(c.get(key)) == auto_on
                             and c["settings"].get(key, LATER_SETTINGS[key]) in ("on", "off")}
 

@@ -922,12 +922,17 @@ def test_labels_and_turns_switch_on_where_the_probe_solved_almost_nothing(bench,
 
 @pytest.mark.parametrize(("rate", "recorded", "ran", "label"), [
     (0.0, None, None, "gcd (--examples-as-turns off --labeled-examples off)"),  # before the settings: both off
+    (0.0, "off", False, "gcd (--examples-as-turns off --labeled-examples off)"),
     (0.0, "auto", True, "gcd"),
     (0.0, "on", True, "gcd"),                                  # on, as auto would have had it: the default
     (0.06, None, None, "gcd"),                                 # at the floor: auto would have left both off
     (0.06, "on", True, "gcd (--examples-as-turns on --labeled-examples on)"),
+    (None, None, None, "gcd"),                                 # a level given, no probe: auto stays off
 ])
-def test_a_row_names_the_turn_options_only_where_auto_would_have_run_otherwise(bench, rate, recorded, ran, label):
+@pytest.mark.parametrize("keys", [str, int])  # comparison.json's keys, and the run's own before it is written
+@pytest.mark.parametrize("aim", [{"target": 0.3, "floor": 0.05}, {"target": 0.3}])  # no floor: before 2026-12-02
+def test_a_row_names_the_turn_options_only_where_auto_would_have_run_otherwise(bench, rate, recorded, ran, label,
+                                                                                keys, aim):
     metric = {"value": 0.25, "low": 0.1, "high": 0.4}
     arm = lambda name: {"name": name, "library_items": 1, "tokens": {"learning": 100},  # noqa: E731
                         "metrics": {"mean_at_k": metric, "majority": metric}, "mean_vs_baseline": metric,
@@ -937,8 +942,8 @@ def test_a_row_names_the_turn_options_only_where_auto_would_have_run_otherwise(b
     comparison = {"family": "gcd", "settings": settings, "model": "0.5B", "problems": 24, "samples": 4,
                   "arms": [arm("none"), arm("learned")], "library": [{"kind": "example"}],
                   "extra_prompt_tokens_per_call": {"learned": 40}, "wall_s": 600, "cpu": "AMD EPYC (AVX2)",
-                  "level": 0, "probes": {"level": 0, "rates": {"0": rate}, "tokens": 1000,
-                                         "aim": {"target": 0.3, "floor": 0.05}, "too_few": []},
+                  "level": 0, "probes": rate is not None and {"level": 0, "rates": {keys(0): rate}, "tokens": 1000,
+                                                              "aim": aim, "too_few": []} or None,
                   "labeled_examples": ran, "examples_as_turns": ran}
     assert bench.row(comparison)["family"] == label
 
