@@ -619,7 +619,9 @@ class Optimizer:
             return (f"nothing learned: the model answered none of its {answers} training answers right, and the "
                     "method learns from verified answers and from groups with right and wrong ones. Try easier "
                     "problems, a larger model (--model-file, --base-url), a learner model whose verified answers "
-                    "become examples (--learner-examples with --learner-model-file), or --hard-groups reference")
+                    "become examples (--learner-examples with --learner-model-file), --hard-groups reference, or "
+                    "the reference answers as worked examples shown as earlier chat turns (--labeled-examples "
+                    "--examples-as-turns: they teach the answer's form, not the skill)")
         if skipped and count("groups_all_right") == skipped:
             return (f"nothing learned: the model answered all of its {answers} training answers right; these "
                     "problems are already solved without a library")

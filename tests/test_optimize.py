@@ -803,6 +803,7 @@ async def test_a_run_that_learned_nothing_says_why(store, skill, says, shown):
     assert result.library.items == () and result.progress.groups_used == 0
     why = [n for n in result.progress.notes if n.startswith("nothing learned")]
     assert len(why) == 1 and says in why[0]
+    assert ("--labeled-examples --examples-as-turns" in why[0]) is (skill == 0.0)  # what a user can try next
     assert shown in progress_line(result.progress)
     # resumed after its last step, the run counts from its stored steps, not from this process's empty counters
     run_id, config = resume_config(store, result.run_id)
