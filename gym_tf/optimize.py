@@ -398,7 +398,8 @@ class Optimizer:
                                  seen: Callable[[list[Rollout]], None] = lambda group: None
                                  ) -> dict[str, list[Rollout]]:
         """Each problem's group of `size` answers by `backend`: the one stored for this step under the problem id
-        `prefix + id` if complete, else sampled, scored and stored the moment it is scored; `seen` counts each."""
+        `prefix + id` if complete, else sampled, scored and stored the moment it is scored; `seen` counts each.
+        A training problem is never shown its own worked example: it would copy it (`library_messages`)."""
         stored: dict[str, list[Rollout]] = {}
         for r in self.store.rollouts(self.run_id, step):
             if r.problem_id.startswith(prefix):
@@ -414,7 +415,7 @@ class Optimizer:
 
         fresh = await rollout_many(backend, [p for p in problems if p.id not in complete], library, size,
                                    self.config.rollout.sampling(), self.reward, self.config.seed, seed_key,
-                                   on_group=keep, given=given)
+                                   on_group=keep, given=given, own_example=False)
         return {**complete, **fresh}
 
     def _served_answer(self, problem: Problem) -> tuple[str, ...]:

@@ -43,18 +43,20 @@ class Rollout:
     shown: tuple[str, ...] = ()  # the library items this answer's prompt carried
 
 
-def build_messages(problem: Problem, library: LibraryVersion = EMPTY_LIBRARY) -> tuple[list[dict[str, Any]], tuple[str, ...]]:
+def build_messages(problem: Problem, library: LibraryVersion = EMPTY_LIBRARY, own_example: bool = True
+                   ) -> tuple[list[dict[str, Any]], tuple[str, ...]]:
     """The solve prompt and the ids of the items in it: the library's items for this problem (selected by the one
     rule in `select_items`) first in the system message (or, examples shown as turns, before the problem), then the
     task instructions; the problem as user.
 
     A problem that carries its conversation (recorded traffic, a chat-format dataset) is asked as `serve` asks it:
-    those messages, the items selected for their last user message, put first in their system message."""
+    those messages, the items selected for their last user message, put first in their system message. Without
+    `own_example`, a worked example of this very problem is not shown (`library_messages`)."""
     conversation = problem.conversation  # (fresh copies: nothing done to the prompt reaches the dataset's row)
     if conversation is None:
         conversation = [{"role": "system", "content": template("solve_system")},
                         {"role": "user", "content": problem.problem}]
-    return library_messages(library, conversation)
+    return library_messages(library, conversation, own_example)
 
 
 def group_seed(seed: int, *parts: object) -> int:
@@ -117,10 +119,11 @@ async def rollout_group(
     sampling: Sampling,
     reward: Callable[..., Any],
     given: tuple[str, ...] = (),
+    own_example: bool = True,
 ) -> list[Rollout]:
     """Sample `group_size` answers in one request (servers that share the prefix) and score them. Answers `given`
     in advance (a served answer a user gave feedback on) take the group's last places and are scored with it."""
-    messages, shown = build_messages(problem, library)
+    messages, shown = build_messages(problem, library, own_example)
     start = time.perf_counter()
     generation = await backend.generate(messages, n=group_size - len(given), **sampling.__dict__)
     elapsed = time.perf_counter() - start
@@ -158,16 +161,19 @@ async def rollout_many(
     seed_key: object = "",
     on_group: Callable[[Problem, list[Rollout]], Awaitable[None] | None] | None = None,
     given: Callable[[Problem], tuple[str, ...]] = lambda problem: (),
+    own_example: bool = True,
 ) -> dict[str, list[Rollout]]:
     """Roll out every problem's group concurrently (the backend caps what runs at once).
 
     `on_group` sees each group as soon as it is scored, so the caller can store it before the batch ends; `given`
-    names answers that join a problem's group without being sampled.
+    names answers that join a problem's group without being sampled; `own_example=False`: no problem is shown a
+    worked example of itself.
     """
 
     async def one(problem: Problem) -> tuple[str, list[Rollout]]:
         params = replace(sampling, seed=group_seed(seed, seed_key, problem.id))
-        group = await rollout_group(backend, problem, library, group_size, params, reward, given(problem))
+        group = await rollout_group(backend, problem, library, group_size, params, reward, given(problem),
+                                    own_example)
         if on_group is not None:
             maybe = on_group(problem, group)
             if inspect.isawaitable(maybe):

@@ -91,6 +91,14 @@ async def test_rollouts_record_the_items_they_were_shown_and_examples_reach_the_
         system = rollout.messages[0]["content"]
         assert all(f"[{item_id}] " in system for item_id in rollout.shown)
     assert result.library.policy == config.render_policy()
+    # a training problem is shown the examples of others, never its own (which it would copy)
+    text = {p.id: p.problem.strip() for p in problems}
+    own = {p.problem.strip(): i.id for i in examples for p in problems if i.text.startswith(f"Problem: {p.problem.strip()}\n")}
+    assert len(own) == len(examples)
+    later = [r for r in second_epoch if text[r.problem_id] in own]
+    assert later, "a problem with an example of its own was asked again"
+    assert all(own[text[r.problem_id]] not in r.shown and f"Problem: {text[r.problem_id]}\n" not in r.messages[0]["content"]
+               for r in later)
 
 
 async def test_problems_the_library_holds_verbatim_are_named_not_held_out(tmp_path):

@@ -368,6 +368,18 @@ def test_examples_as_turns_are_earlier_chat_turns_and_lessons_stay_in_the_system
     assert sent[-3:] == talk
 
 
+@pytest.mark.parametrize("turns", [False, True])
+def test_a_problem_asked_without_its_own_example_is_shown_the_others(turns):
+    library = _with_examples(turns)
+    asked = [{"role": "user", "content": " Grid A: 1 1 / 0 1 "}]
+    assert library_messages(library, asked)[1] == ("E1", "E2", "E3")  # as serve and eval ask it
+    sent, shown = library_messages(library, asked, own_example=False)  # as optimize asks a training problem
+    assert shown == ("E1", "E3")
+    assert sum("Grid A" in m["content"] for m in sent) == 1 and "Grid B" in "".join(m["content"] for m in sent)
+    other = [{"role": "user", "content": "Grid C: 1 0 / 0 1"}]
+    assert library_messages(library, other, own_example=False) == library_messages(library, other)
+
+
 @pytest.mark.parametrize("asked", [
     [],                                                                        # nothing asked
     [{"role": "system", "content": "Be brief."}],                              # instructions, no question
