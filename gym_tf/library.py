@@ -555,11 +555,10 @@ def approx_tokens(text: str) -> int:
     return math.ceil(len(text.encode()) / 4)
 
 
-def select_items(library: LibraryVersion, query: str | None = None, own_example: bool = True
+def select_items(library: LibraryVersion, query: str | None = None, leave_out: str | None = None
                  ) -> tuple[Experience, ...]:
     """The items a request with this text is shown, in id order: one deterministic function of (version, query).
-    Without `own_example`, a worked example of the query's very problem is not among them (a training problem's
-    rollouts: see `library_messages`).
+    A worked example of the problem `leave_out` is not among them (a training problem's own: `library_messages`).
 
     Examples: the `policy.examples` whose problems are most like the query's (the most steps first among
     equals, and without a query). Lessons: the
@@ -570,7 +569,7 @@ def select_items(library: LibraryVersion, query: str | None = None, own_example:
     policy = library.policy
     lessons = [i for i in library.items if i.kind == "lesson"]
     examples = [i for i in library.items if i.kind == "example"
-                and (own_example or not query or example_parts(i.text)[0] != query.strip())]
+                and (leave_out is None or example_parts(i.text)[0] != leave_out.strip())]
     chosen_examples = _most_relevant_examples(examples, query, policy.examples)
     chosen_lessons = _most_relevant(lessons, query, policy.lessons) if policy.lessons else list(reversed(lessons))
     budget = policy.max_tokens
@@ -635,7 +634,7 @@ def render_library(library: LibraryVersion, query: str | None = None) -> str:
     return render_items(select_items(library, query))
 
 
-def library_messages(library: LibraryVersion, messages: list[dict[str, Any]], own_example: bool = True
+def library_messages(library: LibraryVersion, messages: list[dict[str, Any]], leave_out: str | None = None
                      ) -> tuple[list[dict[str, Any]], tuple[str, ...]]:
     """A chat request with the library's items for it (`select_items` over its text), and their ids: what optimize,
     eval and serve send. Lessons, and worked examples unless the policy shows them as turns, go first in the system
@@ -646,12 +645,12 @@ def library_messages(library: LibraryVersion, messages: list[dict[str, Any]], ow
     largest_island with two reference answers shown: as system text 0 of 16 right, 11 cut at the token cap; as
     turns 7 of 16, none cut, most of them the shown answer, 10, copied: a scratch probe, 2026-12-06).
 
-    `own_example=False` leaves out a worked example of the request's very problem: what optimize asks its training
-    problems, since a problem shown its own example copies it, and its group then measures the copy, not the
+    `leave_out` names a problem whose worked example is not shown: optimize names each training problem it asks,
+    since a problem shown its own example copies it, and its group then measures the copy, not the
     library a held-out problem meets (with labeled examples, each of caesar_cipher's, survo's and
     string_synthesis's 64 second-epoch rollouts at seed 1206 was shown its own example; right 0.80, 0.63 and 0.27
     of the time, against 0.00 on the test split)."""
-    items = select_items(library, request_text(messages), own_example)
+    items = select_items(library, request_text(messages), leave_out)
     ids = tuple(i.id for i in items)
     at = next((n for n, m in enumerate(messages) if m.get("role") not in ("system", "developer")), len(messages))
     # turns need a user's message to follow them (a chat that opens with the assistant would get two assistant turns

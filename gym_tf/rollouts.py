@@ -56,7 +56,7 @@ def build_messages(problem: Problem, library: LibraryVersion = EMPTY_LIBRARY, ow
     if conversation is None:
         conversation = [{"role": "system", "content": template("solve_system")},
                         {"role": "user", "content": problem.problem}]
-    return library_messages(library, conversation, own_example)
+    return library_messages(library, conversation, None if own_example else problem.problem)
 
 
 def group_seed(seed: int, *parts: object) -> int:

@@ -3,11 +3,13 @@ import json
 import pytest
 from pydantic import ValidationError
 
+from gym_tf.datasets import Problem
 from gym_tf.library import (
     EMPTY_LIBRARY, EXAMPLES_HEADER, LIBRARY_HEADER, AddOp, DeleteOp, ExampleOp, MergeOp, NoneOp, OpAdapter, OpsReply,
     Provenance, RenderPolicy, UpdateOp, answer_in_problem, apply_ops, ops_schema, render_library, select_items,
     example_text, library_messages, with_library, with_policy,
 )
+from gym_tf.rollouts import build_messages
 
 
 def add(text):
@@ -373,11 +375,19 @@ def test_a_problem_asked_without_its_own_example_is_shown_the_others(turns):
     library = _with_examples(turns)
     asked = [{"role": "user", "content": " Grid A: 1 1 / 0 1 "}]
     assert library_messages(library, asked)[1] == ("E1", "E2", "E3")  # as serve and eval ask it
-    sent, shown = library_messages(library, asked, own_example=False)  # as optimize asks a training problem
+    sent, shown = library_messages(library, asked, leave_out=" Grid A: 1 1 / 0 1")  # as optimize asks it, training
     assert shown == ("E1", "E3")
     assert sum("Grid A" in m["content"] for m in sent) == 1 and "Grid B" in "".join(m["content"] for m in sent)
     other = [{"role": "user", "content": "Grid C: 1 0 / 0 1"}]
-    assert library_messages(library, other, own_example=False) == library_messages(library, other)
+    assert library_messages(library, other, leave_out="Grid A: 1 1 / 0 1")[1] == ("E1", "E3")
+    # a training problem that is a conversation is matched by its problem text, not its last message
+    talk = Problem("t", "user: Grid A: 1 1 / 0 1\n\nassistant: 3?\n\nuser: Sure?", None,
+                   {"messages": [{"role": "user", "content": "Grid A: 1 1 / 0 1"}, {"role": "assistant", "content": "3?"},
+                                 {"role": "user", "content": "Sure?"}]})
+    held, _ = apply_ops(library, [ExampleOp(op="example", text=example_text(talk.problem, "\\boxed{3}"))], step=2)
+    held = with_policy(held, RenderPolicy(examples=3, examples_as_turns=turns))
+    assert build_messages(talk, held)[1] == ("E1", "E2", "E3", "E4")
+    assert build_messages(talk, held, own_example=False)[1] == ("E1", "E2", "E3")
 
 
 @pytest.mark.parametrize("asked", [
