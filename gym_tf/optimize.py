@@ -618,15 +618,34 @@ class Optimizer:
                     "Try a stronger learner (--learner-model-file, --learner-base-url) or more training problems")
         if skipped and count("groups_all_wrong") == skipped:
             return (f"nothing learned: the model answered none of its {answers} training answers right, and the "
-                    "method learns from verified answers and from groups with right and wrong ones. Try easier "
-                    "problems, a larger model (--model-file, --base-url), a learner model whose verified answers "
-                    "become examples (--learner-examples with --learner-model-file), --hard-groups reference, or "
-                    "the reference answers as worked examples shown as earlier chat turns (--labeled-examples "
-                    "--examples-as-turns: they teach the answer's form, not the skill)")
+                    "method learns from verified answers and from groups with right and wrong ones. "
+                    + self._remedies_untried(count("ops_applied"), sum(s["status"] == "rejected" for s in steps)))
         if skipped and count("groups_all_right") == skipped:
             return (f"nothing learned: the model answered all of its {answers} training answers right; these "
                     "problems are already solved without a library")
         return None
+
+    def _remedies_untried(self, examples_offered: int, versions_refused: int) -> str:
+        """For a run whose every answer was wrong: the remedies its settings did not already use, and where it used
+        some, why they left nothing (the gate refused the examples they gave, or none they gave was graded right)."""
+        cfg = self.config
+        untried = [name for name, on in (
+            ("a learner model whose verified answers become examples (--learner-examples with --learner-model-file)",
+             cfg.learner_examples), ("--hard-groups reference", cfg.hard_groups == "reference"),
+            ("the reference answers as worked examples shown as earlier chat turns (--labeled-examples "
+             "--examples-as-turns: they teach the answer's form, not the skill)", cfg.labeled_examples)) if not on]
+        tries = ["easier problems", "a larger model (--model-file, --base-url)", *untried]
+        used = [name for name, on in (("--learner-examples", cfg.learner_examples),
+                                      ("--hinted-examples", cfg.hinted_examples),
+                                      ("--labeled-examples", cfg.labeled_examples)) if on]
+        why = ""
+        if used and examples_offered:
+            why = (f" {' and '.join(used)} gave {examples_offered} worked examples, and the validation gate refused "
+                   f"the {versions_refused} candidate versions that held them (below the best version so far).")
+        elif used:
+            why = (f" {' and '.join(used)} gave no worked example: no answer it gave was graded right (a task with "
+                   "no single reference answer, one the reward checks by the task's own rules, has none to show).")
+        return f"Try {', '.join(tries[:-1])} or {tries[-1]}.{why}"
 
     def _saw(self, group: list[Rollout]) -> None:
         self.progress.rollouts += len(group)

@@ -873,10 +873,38 @@ async def test_a_reference_answer_the_reward_does_not_read_back_as_right_is_not_
                                       "reward": "test_optimize:worked_answers_only"})
     _, result = await run(store, model, config)
     assert not [i for i in result.library.items if i.kind == "example"]
+    # the run's note says the labels gave nothing and why, and does not offer them as the thing to try next
+    [why] = [n for n in result.progress.notes if n.startswith("nothing learned")]
+    assert "--labeled-examples gave no worked example: no answer it gave was graded right" in why
+    assert "(--labeled-examples --examples-as-turns" not in why and "--hard-groups reference" in why
     # and with labels off, the same model keeps none either: the examples above came from the labels
     plain = SMALL.model_copy(update={"epochs": 1, "worked_examples": True})
     _, result = await run(store, ScriptedBackend({p.problem: p.answer for p in quickstart}, skill=0.0), plain)
     assert not [i for i in result.library.items if i.kind == "example"]
+    [why] = [n for n in result.progress.notes if n.startswith("nothing learned")]
+    assert "(--labeled-examples --examples-as-turns" in why and "gave no worked example" not in why
+
+
+async def test_labeled_examples_the_gate_refused_are_named_in_the_note(store, quickstart, tmp_path):
+    """A model that answers every training problem wrong, shown labels that cost it its validation problems: the
+    gate refuses every candidate, and the note says the labels were given and refused, not that none was right."""
+    val = quickstart[20:32]
+    path = tmp_path / "val.jsonl"
+    path.write_text("".join(json.dumps({"problem": p.problem, "answer": p.answer}) + "\n" for p in val))
+
+    class LabelsHurt(ScriptedBackend):
+        def skill_for(self, messages):
+            if messages[-1]["content"] not in {p.problem for p in val}:
+                return 0.0
+            return 0.0 if "Worked examples" in str(messages[0]["content"]) else 1.0
+
+    config = SMALL.model_copy(update={"epochs": 1, "worked_examples": True, "labeled_examples": True,
+                                      "val_dataset": str(path), "val_samples": 2})
+    _, result = await run(store, LabelsHurt({p.problem: p.answer for p in quickstart}), config)
+    refused = [v for v in store.versions(result.run_id) if v["status"] == "rejected"]
+    assert result.library.items == () and len(refused) == 2
+    [why] = [n for n in result.progress.notes if n.startswith("nothing learned")]
+    assert "--labeled-examples gave 8 worked examples, and the validation gate refused the 2 candidate" in why
 
 
 @pytest.mark.parametrize("setting", ["labeled_examples", "examples_as_turns"])
