@@ -165,6 +165,12 @@ async def constant_answer(problems: list[Problem], reward: Callable[..., Any]) -
     return ConstantAnswer(answer, scores)
 
 
+def renders_alike(one: LibraryVersion, other: LibraryVersion) -> bool:
+    """Whether two versions send every request the same prompts: the same version, or two with no items (whatever
+    their render policies say: a run with examples as turns that kept nothing ends on an empty version of its own)."""
+    return one.id == other.id or not (one.items or other.items)
+
+
 async def compare(backend: Backend, problems: list[Problem], reward: Callable[..., Any], samples: int,
                   sampling: Sampling, libraries: list[tuple[str, LibraryVersion, int]], seed: int = 0,
                   on_group: Callable[[str, Problem, list[Rollout]], None] | None = None,
@@ -172,7 +178,7 @@ async def compare(backend: Backend, problems: list[Problem], reward: Callable[..
     """Evaluate each (name, library, tokens spent learning it) in turn; the first is the baseline. A library version
     already evaluated is not sampled again: the same version renders the same prompts, so its true difference from
     the earlier arm is 0, and sampling it again would measure only the engine's noise (a run whose gate kept nothing
-    ends on the empty version, the `none` arm's). With `constant`, each arm is also set against the most common
+    ends on the empty version, the `none` arm's, or on an empty one under its own render policy: `renders_alike`). With `constant`, each arm is also set against the most common
     answer given to every problem (`ConstantAnswer`; leave it off for a reward that asks a model), and against the
     baseline on the problems that answer gets wrong (a library that only taught that answer gains nothing there).
     Where some problems state their own answer and others do not, each arm is also set against the baseline on the
@@ -180,7 +186,7 @@ async def compare(backend: Backend, problems: list[Problem], reward: Callable[..
     test problems that end on a repeated term, 0.02 on the other 17)."""
     arms: list[Arm] = []
     for name, library, learning_tokens in libraries:
-        earlier = next((a for a in arms if a.report.library_version == library.id), None)
+        earlier = next((arm for arm, (_, done, _) in zip(arms, libraries) if renders_alike(done, library)), None)
         if earlier is None:
             report = await evaluate(backend, problems, reward, samples, sampling, library, seed=seed,
                                     on_group=(lambda p, g, n=name: on_group(n, p, g)) if on_group else None)

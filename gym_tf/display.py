@@ -70,7 +70,7 @@ def comparison_table(comparison) -> Table:
         table.caption += f"\n{answer!r} always: the most common answer given to every problem scores {common.mean:.3f}"
     for arm in comparison.arms:
         if arm.same_as:
-            table.caption += f"\n{arm.name} is the same library version as {arm.same_as}: sampled once, for both"
+            table.caption += f"\n{arm.name} sends the same prompts as {arm.same_as}: sampled once, for both"
         if arm.held_in_library:
             table.caption += (f"\nnot held out: {arm.name} holds {len(arm.held_in_library)} of these "
                               f"{comparison.problems} problems verbatim (worked examples of them)")

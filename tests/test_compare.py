@@ -6,7 +6,7 @@ from fakes import ScriptedBackend
 from gym_tf.compare import compare, plot
 from gym_tf.config import OptimizeConfig
 from gym_tf.datasets import load_dataset
-from gym_tf.library import EMPTY_LIBRARY, EXAMPLES_HEADER, ExampleOp, apply_ops
+from gym_tf.library import EMPTY_LIBRARY, EXAMPLES_HEADER, ExampleOp, apply_ops, with_policy
 from gym_tf.optimize import Optimizer
 from gym_tf.backends import Choice, Generation, Sampling
 from gym_tf.datasets import Problem
@@ -63,19 +63,24 @@ async def test_a_library_version_already_sampled_is_not_sampled_again_and_says_w
     problems = load_dataset("quickstart", limit=6)
     backend = ScriptedBackend({p.problem: p.answer for p in problems}, skill=0.5)
     library, _ = apply_ops(EMPTY_LIBRARY, [ExampleOp(op="example", text="Problem: 2+2?\nSolution: \\boxed{4}")], step=1)
-    # a run whose gate kept nothing ends on the empty version: `learned` is `none` again
+    # a run whose gate kept nothing ends on the empty version: `learned` is `none` again; one that showed examples
+    # as turns and kept nothing ends on an empty version of its own policy, which sends the same prompts
+    as_turns = with_policy(EMPTY_LIBRARY, EMPTY_LIBRARY.policy.model_copy(update={"examples_as_turns": True}))
+    assert as_turns.id != EMPTY_LIBRARY.id
     result = await compare(backend, problems, math_reward, 2, Sampling(), [("none", EMPTY_LIBRARY, 0),
                                                                          ("learned", EMPTY_LIBRARY, 900),
-                                                                         ("other", library, 0)], seed=1)
+                                                                         ("other", library, 0),
+                                                                         ("turns", as_turns, 0)], seed=1)
     solves = [c for c in backend.calls if c["stage"] == "solve"]
-    assert len(solves) == 2 * len(problems)  # none and other, not learned
-    none, learned, other = result.arms
+    assert len(solves) == 2 * len(problems)  # none and other, not learned nor turns
+    none, learned, other, turns = result.arms
     assert learned.same_as == "none" and other.same_as is None and none.same_as is None
+    assert turns.same_as == "none" and turns.report is none.report
     assert learned.vs_baseline.value == learned.vs_baseline.high == 0 and learned.learning_tokens == 900
     assert result.to_dict()["arms"][1]["same_as"] == "none"
     console = Console(record=True, width=100)
     console.print(comparison_table(result))
-    assert "learned is the same library version as none: sampled once" in console.export_text()
+    assert "learned sends the same prompts as none: sampled once" in console.export_text()
 
 
 async def test_rollouts_record_the_items_they_were_shown_and_examples_reach_the_prompt(store):
