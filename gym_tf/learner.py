@@ -12,6 +12,7 @@ import hashlib
 import json
 import re
 from dataclasses import dataclass, field
+from difflib import SequenceMatcher
 from typing import Any, Iterable
 
 from pydantic import ValidationError
@@ -62,6 +63,31 @@ def quotes_problem(text: str, passages: frozenset[str]) -> str | None:
     return next((p for p in sorted(passages) if f" {p} " in words), None)
 
 
+# "Phoevos is devoted to playing badminton." (the 0.5B learner on needle_haystack, seed 1206, 2026-12-06): a sentence of
+# one training problem's haystack, kept as a lesson, and every later prompt carried it. A lesson that is a run of a
+# problem's own words and little else says nothing the problem does not; where that run is the family's template
+# (it stands in at least half of the batch's problems: "Reply only with a name."), it is the task's instruction,
+# repeated, and passes.
+RESTATED_WORDS = 4  # the shortest run of a problem's words that makes a lesson a restatement of it
+RESTATED_SHARE = 0.8  # ... where the run is at least this share of the lesson's words
+
+
+def restates_problem(text: str, problems: tuple[tuple[str, ...], ...], batch: tuple[tuple[str, ...], ...]
+                     ) -> str | None:
+    """The run of one of `problems`' words (`retrieval.tokens`) that a lesson restates, when the lesson is little
+    else and the run is not the template of `batch` (in half of its problems or more; with no batch, none is), or
+    None."""
+    words = tokens(text)
+    for problem in problems:
+        found = SequenceMatcher(None, words, problem, autojunk=False).find_longest_match(0, len(words), 0, len(problem))
+        if found.size < max(RESTATED_WORDS, RESTATED_SHARE * len(words)):
+            continue
+        run = " ".join(words[found.a:found.a + found.size])
+        if not batch or 2 * sum(f" {run} " in f" {' '.join(other)} " for other in batch) < len(batch):
+            return run
+    return None
+
+
 # "The approach is to use Python's built-in functions to handle calculations." (the 0.5B learner, four such lessons in
 # the README's main command): a solver asked in text runs no code, so such advice makes it write a program and invent
 # its output (stored rollouts: right 23% of the time with an invented output block, 49% without). Where the problems
@@ -95,12 +121,20 @@ class OpRules:
     numbers: tuple[frozenset[str], ...] = ()  # one set per problem
     passages: frozenset[str] = frozenset()  # the problems' quoted passages
     about_code: bool = False  # whether any of the problems names code: only then may a lesson name it
+    words: tuple[tuple[str, ...], ...] = ()  # each problem's words, and those of the batch it came in
+    batch_words: tuple[tuple[str, ...], ...] = ()
 
     @classmethod
-    def of(cls, library: LibraryVersion, problems: Iterable[Problem] = ()) -> OpRules:
+    def of(cls, library: LibraryVersion, problems: Iterable[Problem] = (), batch: Iterable[Problem] = ()
+           ) -> OpRules:
+        """The rules for ops learned from `problems`, which came in `batch` (their family's template is what
+        most of its problems share; with no batch, every run of a problem's words is its own)."""
         problems = list(problems)
+        words = tuple(tuple(tokens(p.problem)) for p in problems)
+        batch_words = tuple(tuple(tokens(p.problem)) for p in batch)
         return cls(tuple(i.id for i in library.items if i.kind == "lesson"), tuple(numbers_of(p) for p in problems),
-                   frozenset().union(*map(passages_of, problems)), any(_ABOUT_CODE.search(p.problem) for p in problems))
+                   frozenset().union(*map(passages_of, problems)), any(_ABOUT_CODE.search(p.problem) for p in problems),
+                   words, batch_words)
 
     def schema(self, max_ops: int) -> dict[str, Any]:
         return ops_schema(max_ops, self.ids)
@@ -122,6 +156,10 @@ class OpRules:
             if quoted:
                 return (f'the lesson at operations.{n} repeats the text the problem quotes ("{quoted}"): '
                         "state the general rule, for any text")
+            restated = restates_problem(text, self.words, self.batch_words) if text else None
+            if restated:
+                return (f'the lesson at operations.{n} restates the problem ("{restated}"): state what to do, for any '
+                        "problem of this kind")
             advice = None if self.about_code else advises_code(text)
             if advice:
                 return (f'the lesson at operations.{n} says "{advice}", but the solver runs no code and these '

@@ -234,7 +234,7 @@ class Optimizer:
         replies = await gather_or_cancel(*(
             self.learner.ask(step, "extract", p.id,
                              group_prompt(p, summaries[p.id], library, cfg.max_ops_per_group, hard=p in hard),
-                             cfg.max_ops_per_group, OpRules.of(library, [p]))
+                             cfg.max_ops_per_group, OpRules.of(library, [p], batch))
             for p in learn_from
         ))
         rejected = [("extract", OpVerdict({"problem": p.id, "reply": r.text}, False, r.error or ""))
@@ -249,7 +249,8 @@ class Optimizer:
             proposing = {pid for pid, _ in proposals}
             merged = await self.learner.ask(step, "consolidate", "batch", consolidate_prompt(proposals, library),
                                             max_ops=min(16, len(proposals) + len(library.items)),
-                                            rules=OpRules.of(library, [p for p in learn_from if p.id in proposing]))
+                                            rules=OpRules.of(library, [p for p in learn_from if p.id in proposing],
+                                                             batch))
             if merged.error:
                 # The consolidation reply is unusable: keep it on record, and fall back to the proposals themselves,
                 # each still checked by apply_ops, rather than losing the step's lessons.

@@ -791,6 +791,39 @@ def test_a_lesson_is_refused_for_repeating_the_text_a_problem_quotes(lesson, ref
         assert broken is None
 
 
+_HAYSTACKS = [  # needle_haystack's form (reasoning-gym), seed 1206: facts about names, one question, one instruction
+    "Phoevos is devoted to playing badminton. Maaz adores origami. Matthias prefers sketching. \nWho adores origami? "
+    "Reply only with a name.",
+    "Cohan disdains playing volleyball. Kayne is neutral toward augmented reality. Bradley resents grilled chicken. "
+    "\nWho resents grilled chicken? Reply only with a name.",
+    "Brayden revels in stir-fry. Ritchie adores sandwich. Dev rails against ironing clothes. \nWho adores sandwich? "
+    "Reply only with a name."]
+
+
+@pytest.mark.parametrize("lesson, refused", [
+    # the 0.5B learner's lesson on needle_haystack (seed 1206, AMD EPYC, 2026-12-06): a fact of one haystack
+    ("Phoevos is devoted to playing badminton.", "phoevos is devoted to playing badminton"),
+    ("Remember: Phoevos is devoted to playing badminton.", "phoevos is devoted to playing badminton"),
+    # the family's template (in every problem of the batch) is its instruction, repeated: it passes
+    ("Reply only with a name.", None),
+    # advice that shares a few of the problem's words, and a short phrase of it, passes
+    ("Find the sentence whose verb and object match the question's, and answer with its name.", None),
+    ("Read every sentence: who adores origami is named before the verb.", None),
+])
+def test_a_lesson_that_restates_a_problem_is_refused(lesson, refused):
+    problems = [Problem(id=f"p{n}", problem=text, answer="x") for n, text in enumerate(_HAYSTACKS)]
+    rules = OpRules.of(LibraryVersion(), problems[:1], problems)
+    broken = rules.broken_by([AddOp(op="add", text=lesson)])
+    if refused:
+        assert broken == (f'the lesson at operations.0 restates the problem ("{refused}"): state what to do, for any '
+                          "problem of this kind")
+    else:
+        assert broken is None
+    # learned from one problem alone, with no batch to tell the template by, its instruction is a restatement too
+    alone = OpRules.of(LibraryVersion(), problems[:1]).broken_by([AddOp(op="add", text="Reply only with a name.")])
+    assert alone and "restates the problem" in alone
+
+
 @pytest.mark.parametrize("skill, says, shown", [
     (0.0, "answered none of its 64 training answers right", "groups 0 used 16 skipped (16 all wrong)"),
     (1.0, "answered all of its 64 training answers right", "groups 0 used 16 skipped (16 all right)")])
