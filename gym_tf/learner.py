@@ -63,12 +63,12 @@ def quotes_problem(text: str, passages: frozenset[str]) -> str | None:
     return next((p for p in sorted(passages) if f" {p} " in words), None)
 
 
-# "Phoevos is devoted to playing badminton." (the 0.5B learner on needle_haystack, seed 1206, 2026-12-06): a sentence of
-# one training problem's haystack, kept as a lesson, and every later prompt carried it. A lesson that is a run of a
-# problem's own words and little else says nothing the problem does not; where that run is the family's template
-# (it stands in at least half of the batch's problems: "Reply only with a name."), it is the task's instruction,
-# repeated, and passes.
-RESTATED_WORDS = 4  # the shortest run of a problem's words that makes a lesson a restatement of it
+# "Phoevos is devoted to playing badminton." and "Jules ignores vlogging." (the 0.5B learner on needle_haystack,
+# seed 1206, 2026-12-06): sentences of training problems' haystacks, kept as lessons, which every later prompt carried.
+# A lesson that is a run of a problem's own words and little else says nothing the problem does not; where that run
+# is the family's template (it stands in at least half of the batch's problems: "Reply only with a name."), it is
+# the task's instruction, repeated, and passes.
+RESTATED_WORDS = 3  # the shortest run of a problem's words that makes a lesson a restatement of it
 RESTATED_SHARE = 0.8  # ... where the run is at least this share of the lesson's words
 
 

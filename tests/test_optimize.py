@@ -804,6 +804,7 @@ _HAYSTACKS = [  # needle_haystack's form (reasoning-gym), seed 1206: facts about
     # the 0.5B learner's lesson on needle_haystack (seed 1206, AMD EPYC, 2026-12-06): a fact of one haystack
     ("Phoevos is devoted to playing badminton.", "phoevos is devoted to playing badminton"),
     ("Remember: Phoevos is devoted to playing badminton.", "phoevos is devoted to playing badminton"),
+    ("Maaz adores origami.", "maaz adores origami"),  # and "Jules ignores vlogging.", a step later
     # the family's template (in every problem of the batch) is its instruction, repeated: it passes
     ("Reply only with a name.", None),
     # advice that shares a few of the problem's words, and a short phrase of it, passes
