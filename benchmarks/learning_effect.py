@@ -33,7 +33,8 @@ examples as earlier chat turns; measured on draw-1206 (benchmarks/results/draw-1
 Any OpenAI-compatible backend runs it for a larger model.
 
     python benchmarks/learning_effect.py --families leg_counting,gcd --out bench-out
-    python benchmarks/learning_effect.py --families leg_counting,gcd --out bench-out --resume   # after a stop
+    python benchmarks/learning_effect.py --families leg_counting,gcd --out bench-out --resume   # after a stop: no
+    # learning step, rollout, learner reply or test group the stopped run stored is paid again
     python benchmarks/learning_effect.py --screen --families dice,syllogism,spell_backward   # which to run
     python benchmarks/learning_effect.py --archive bench-out/results.json --note "shared with a pip install"
     python benchmarks/learning_effect.py --families basic_arithmetic --base-url http://127.0.0.1:8000/v1
@@ -68,6 +69,7 @@ from gym_tf.library import LibraryVersion, with_policy  # noqa: E402
 from gym_tf.metrics import bootstrap, paired_difference  # noqa: E402
 from gym_tf.optimize import Optimizer  # noqa: E402
 from gym_tf.python_tool import PythonTool  # noqa: E402
+from gym_tf.rollouts import Rollout  # noqa: E402
 from gym_tf.store import RunStore  # noqa: E402
 from gym_tf import task_levels  # noqa: E402
 from rewards import load_reward  # noqa: E402
@@ -188,6 +190,27 @@ async def chosen_level(family: str, args: argparse.Namespace, backend, folder: P
     return level, calibration
 
 
+TESTED = "tested.jsonl"  # each test group as it is scored, so a stopped benchmark's resume pays none of them again
+
+
+def tested_groups(folder: Path, resume: bool) -> dict[str, dict[str, list[Rollout]]]:
+    """With `resume`: the test groups a stopped run of this folder scored, by library version and problem (a line
+    cut short by the stop is dropped); without it, none, and the folder's are removed (they are another run's)."""
+    path = folder / TESTED
+    if not resume:
+        path.unlink(missing_ok=True)
+        return {}
+    kept: dict[str, dict[str, list[Rollout]]] = {}
+    for line in path.read_text(encoding="utf-8").splitlines() if path.exists() else ():
+        try:
+            group = [Rollout(**{**r, "shown": tuple(r["shown"])}) for r in json.loads(line)]
+        except (ValueError, TypeError, KeyError):
+            continue
+        if group:
+            kept.setdefault(group[0].library_version, {})[group[0].problem_id] = group
+    return kept
+
+
 def earlier_run(store: RunStore, config: OptimizeConfig, folder: Path) -> str | None:
     """With `--resume`: the optimize run a stopped benchmark left in the family's folder, to go on from its last
     committed step (its rollouts and learner replies are stored: nothing is paid twice), the newest where a folder
@@ -275,10 +298,13 @@ async def one_family(family: str, args: argparse.Namespace, out: Path) -> dict:
             print(f"{family}: {note}", file=sys.stderr, flush=True)
         learning = sum(u["prompt"] + u["completion"] for u in store.usage(result.run_id).values())
         problems = load_dataset(str(test))
+        kept = tested_groups(folder, args.resume)
         done: dict[str, int] = {}
 
         def tested(arm, problem, group):
             done[arm] = done.get(arm, 0) + 1
+            with (folder / TESTED).open("a", encoding="utf-8") as f:
+                f.write(json.dumps([dataclasses.asdict(r) for r in group]) + "\n")
             print(f"[{clock.save():6.0f}s] {family}: test {arm} {done[arm]}/{len(problems)}",
                   file=sys.stderr, flush=True)
 
@@ -290,7 +316,7 @@ async def one_family(family: str, args: argparse.Namespace, out: Path) -> dict:
         arms = compared_arms(store, result.library, learning, prune, args.test_unpruned, args.test_examples, first,
                              ends)
         comparison = await compare(backend, problems, load_reward(reward), args.k, config.rollout.sampling(), arms,
-                                   seed=args.seed + 7, on_group=tested)
+                                   seed=args.seed + 7, on_group=tested, stored=kept)
     finally:
         await backend.aclose()
         if learner:

@@ -174,13 +174,14 @@ def renders_alike(one: LibraryVersion, other: LibraryVersion) -> bool:
 async def compare(backend: Backend, problems: list[Problem], reward: Callable[..., Any], samples: int,
                   sampling: Sampling, libraries: list[tuple[str, LibraryVersion, int]], seed: int = 0,
                   on_group: Callable[[str, Problem, list[Rollout]], None] | None = None,
-                  constant: bool = True) -> Comparison:
+                  constant: bool = True, stored: dict[str, dict[str, list[Rollout]]] | None = None) -> Comparison:
     """Evaluate each (name, library, tokens spent learning it) in turn; the first is the baseline. A library version
     already evaluated is not sampled again: the same version renders the same prompts, so its true difference from
     the earlier arm is 0, and sampling it again would measure only the engine's noise (a run whose gate kept nothing
     ends on the empty version, the `none` arm's, or on an empty one under its own render policy: `renders_alike`). With `constant`, each arm is also set against the most common
     answer given to every problem (`ConstantAnswer`; leave it off for a reward that asks a model), and against the
     baseline on the problems that answer gets wrong (a library that only taught that answer gains nothing there).
+    `stored` holds groups already sampled, by library version and problem (a stopped comparison's): not paid again.
     Where some problems state their own answer and others do not, each arm is also set against the baseline on the
     others: a small model is right mostly where it can copy the question (number_sequence, seed 45: 0.30 on the 7
     test problems that end on a repeated term, 0.02 on the other 17)."""
@@ -189,7 +190,8 @@ async def compare(backend: Backend, problems: list[Problem], reward: Callable[..
         earlier = next((arm for arm, (_, done, _) in zip(arms, libraries) if renders_alike(done, library)), None)
         if earlier is None:
             report = await evaluate(backend, problems, reward, samples, sampling, library, seed=seed,
-                                    on_group=(lambda p, g, n=name: on_group(n, p, g)) if on_group else None)
+                                    on_group=(lambda p, g, n=name: on_group(n, p, g)) if on_group else None,
+                                    stored=(stored or {}).get(library.id))
         else:
             report = earlier.report
         arms.append(Arm(name, report, learning_tokens, held_in_library=problems_held_in(library, problems),

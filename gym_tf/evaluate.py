@@ -63,10 +63,15 @@ async def evaluate(
     library: LibraryVersion = EMPTY_LIBRARY,
     seed: int = 0,
     on_group: Callable[[Problem, list[Rollout]], None] | None = None,
+    stored: dict[str, list[Rollout]] | None = None,
 ) -> EvalReport:
     """Evaluate `library` (rendered per problem by its own policy) on `problems`. Seeds depend only on (seed,
-    problem), so two libraries evaluated with the same seed are compared on the same draws."""
-    groups = await rollout_many(backend, problems, library, samples, sampling, reward, seed, "eval", on_group=on_group)
+    problem), so two libraries evaluated with the same seed are compared on the same draws, and a problem's group in
+    `stored` (this library's, from an evaluation that stopped) is that problem's draw: it is not sampled again."""
+    stored = {pid: group for pid, group in (stored or {}).items() if len(group) == samples}
+    todo = [p for p in problems if p.id not in stored]
+    groups = stored | await rollout_many(backend, todo, library, samples, sampling, reward, seed, "eval",
+                                         on_group=on_group)
     ordered = [groups[p.id] for p in problems]
     metrics = compute_metrics([([r.completion for r in g], [r.reward for r in g]) for g in ordered], seed=seed)
     return EvalReport(

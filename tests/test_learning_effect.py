@@ -685,7 +685,7 @@ def test_a_stopped_benchmark_resumes_where_it_stopped_and_ends_as_an_uninterrupt
     """`--resume`: the family's optimize run goes on from its last committed step (nothing stored is sampled
     again), the row comes out as an uninterrupted run's, the wall time goes on from the stopped process's, a
     finished family is read back without a call, and a resume with other settings is refused by name. Stopped in
-    its test split, the resume samples that split again and nothing else."""
+    its test split, the resume samples the test groups the stopped run had not scored, and nothing else."""
     import asyncio
 
     from fakes import ScriptedBackend
@@ -716,7 +716,7 @@ def test_a_stopped_benchmark_resumes_where_it_stopped_and_ends_as_an_uninterrupt
     crashed = ScriptedBackend(gold)
     with pytest.raises(ConnectionError):
         run("stopped", CrashingBackend(crashed, crash_after=learning_calls // 2 if stop == "learning"
-                                       else learning_calls + 5))
+                                       else learning_calls + test_calls // 2))
     with pytest.raises(ConfigError, match="epochs"):
         run("stopped", ScriptedBackend(gold), "--resume", "--epochs", "2")
 
@@ -735,10 +735,12 @@ def test_a_stopped_benchmark_resumes_where_it_stopped_and_ends_as_an_uninterrupt
     assert without_wall(resumed_row) == without_wall(clean_row)
     # the resumed process paid for exactly what the stopped one had not stored, and for the test split
     solves = lambda backend: sum(c["stage"] == "solve" for c in backend.calls)  # noqa: E731
-    assert solves(resumed) == solves(clean) - len(stored_groups)
+    read_back = test_calls // 2 if stop == "testing" else 0  # stopped after the none arm: its groups are kept
+    assert solves(resumed) == solves(clean) - len(stored_groups) - read_back
     assert len(resumed.calls) - solves(resumed) == len(clean.calls) - solves(clean) - stored_learner_calls
-    if stop == "testing":
-        assert len(resumed.calls) == test_calls
+    if stop == "testing":  # the none arm's 16 groups are read back from tested.jsonl, each line once
+        assert len(resumed.calls) == test_calls // 2
+        assert sum(1 for _ in (folder / bench.TESTED).open()) == test_calls
     comparison = json.loads((folder / "comparison.json").read_text())
     assert comparison["resumed"] is True and 1000 < comparison["wall_s"] < 1100
     assert "api_key" not in comparison["settings"]
@@ -952,3 +954,20 @@ def test_a_row_names_the_turn_options_only_where_auto_would_have_run_otherwise(b
 def test_a_number_of_told_answers_outside_0_to_16_is_refused(bench, text):
     with pytest.raises(SystemExit):
         bench.arguments().parse_args(["--hinted-examples", text])
+
+
+def test_test_groups_kept_for_a_resume_drop_a_line_cut_by_the_stop_and_a_new_run_removes_them(bench, tmp_path):
+    """`tested.jsonl`: a resume reads back each whole group by library version and problem; the line a stop cut
+    short is dropped (sampled again); a run that is not a resume removes the file, since its groups are another run's."""
+    import dataclasses
+
+    from gym_tf.rollouts import Rollout
+
+    group = [Rollout(problem_id="p1", sample=n, messages=[{"role": "user", "content": "2+2?"}], completion="4",
+                     finish_reason="stop", prompt_tokens=5, completion_tokens=1, latency_s=0.1, reward=1.0,
+                     library_version="v1", shown=("E1",)) for n in range(2)]
+    line = json.dumps([dataclasses.asdict(r) for r in group])
+    (tmp_path / bench.TESTED).write_text(line + "\n" + line[: len(line) // 2], encoding="utf-8")
+    assert bench.tested_groups(tmp_path, resume=True) == {"v1": {"p1": group}}
+    assert bench.tested_groups(tmp_path, resume=False) == {} and not (tmp_path / bench.TESTED).exists()
+    assert bench.tested_groups(tmp_path, resume=True) == {}
