@@ -195,12 +195,15 @@ TESTED = "tested.jsonl"  # each test group as it is scored, so a stopped benchma
 
 def tested_groups(folder: Path, resume: bool) -> dict[str, dict[str, list[Rollout]]]:
     """With `resume`: the test groups a stopped run of this folder scored, by library version and problem (a line
-    cut short by the stop is dropped); without it, none, and the folder's are removed (they are another run's)."""
+    cut short by the stop is dropped, and the file rewritten without it, so the next group starts a line of its
+    own); without it, none, and the folder's are removed (they are another run's). A resume is refused before this
+    where its settings differ from the stopped run's (`same_settings`)."""
     path = folder / TESTED
     if not resume:
         path.unlink(missing_ok=True)
         return {}
     kept: dict[str, dict[str, list[Rollout]]] = {}
+    whole = []
     for line in path.read_text(encoding="utf-8").splitlines() if path.exists() else ():
         try:
             group = [Rollout(**{**r, "shown": tuple(r["shown"])}) for r in json.loads(line)]
@@ -208,6 +211,9 @@ def tested_groups(folder: Path, resume: bool) -> dict[str, dict[str, list[Rollou
             continue
         if group:
             kept.setdefault(group[0].library_version, {})[group[0].problem_id] = group
+            whole.append(line + "\n")
+    if path.exists():
+        path.write_text("".join(whole), encoding="utf-8")
     return kept
 
 
@@ -253,6 +259,7 @@ async def one_family(family: str, args: argparse.Namespace, out: Path) -> dict:
         print(f"{family}: finished before; its row is read from {folder / 'comparison.json'}", file=sys.stderr)
         return row(finished)
     folder.mkdir(parents=True, exist_ok=True)
+    kept = tested_groups(folder, args.resume)  # read (or, for a new run, removed) before anything can stop it
     backend_config = BackendConfig(base_url=args.base_url, model=args.model, model_file=args.model_file,
                                    api_key=args.api_key)
     learner_config = None
@@ -298,7 +305,6 @@ async def one_family(family: str, args: argparse.Namespace, out: Path) -> dict:
             print(f"{family}: {note}", file=sys.stderr, flush=True)
         learning = sum(u["prompt"] + u["completion"] for u in store.usage(result.run_id).values())
         problems = load_dataset(str(test))
-        kept = tested_groups(folder, args.resume)
         done: dict[str, int] = {}
 
         def tested(arm, problem, group):

@@ -41,13 +41,14 @@ class Arm:
     vs_baseline_unstated: Estimate | None = None
     held_in_library: list[str] = field(default_factory=list)  # problems the library holds verbatim: not held out
     copies: Copies | None = None  # the answers that repeat a worked example shown to them (None: no examples shown)
-    same_as: str | None = None  # an earlier arm with the same library version, whose samples this one shares
+    same_as: str | None = None  # an earlier arm that sends the same prompts, whose samples this one shares
+    library_version: str = ""  # this arm's own version (its report's, unless it shares an earlier arm's samples)
 
     def to_dict(self) -> dict[str, Any]:
         def est(e: Estimate | None) -> dict | None:
             return None if e is None else {"value": e.value, "low": e.low, "high": e.high}
 
-        return {"name": self.name, "library_version": self.report.library_version,
+        return {"name": self.name, "library_version": self.library_version or self.report.library_version,
                 "library_items": self.report.library_items, "metrics": self.report.metrics.to_dict(),
                 "tokens": {"prompt": self.report.prompt_tokens, "completion": self.report.completion_tokens,
                            "prompt_per_call": self.report.prompt_tokens_per_call(), "learning": self.learning_tokens},
@@ -195,7 +196,8 @@ async def compare(backend: Backend, problems: list[Problem], reward: Callable[..
         else:
             report = earlier.report
         arms.append(Arm(name, report, learning_tokens, held_in_library=problems_held_in(library, problems),
-                        same_as=earlier.name if earlier else None, copies=count_copies(report, library)))
+                        same_as=earlier.name if earlier else None, copies=count_copies(report, library),
+                        library_version=library.id))
     base = arms[0].report
     for arm in arms[1:]:
         arm.vs_baseline = paired_difference(arm.report.per_problem_mean(), base.per_problem_mean(), seed=seed)

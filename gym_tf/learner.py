@@ -65,26 +65,29 @@ def quotes_problem(text: str, passages: frozenset[str]) -> str | None:
 
 # "Phoevos is devoted to playing badminton." and "Jules ignores vlogging." (the 0.5B learner on needle_haystack,
 # seed 1206, 2026-12-06): sentences of training problems' haystacks, kept as lessons, which every later prompt carried.
-# A lesson that is a run of a problem's own words and little else says nothing the problem does not; where that run
-# is the family's template (it stands in at least half of the batch's problems: "Reply only with a name."), it is
-# the task's instruction, repeated, and passes.
+# A lesson that is a run of a problem's own words and little else says nothing the problem does not. It is refused
+# where the run is that problem's own material: two or more of its words stand in no other problem of the batch (a
+# name, an object). The family's template ("Reply only with a name.", in every problem) and general advice in the
+# words of the task ("Add the two numbers.", where other problems speak of two numbers too) pass.
 RESTATED_WORDS = 3  # the shortest run of a problem's words that makes a lesson a restatement of it
 RESTATED_SHARE = 0.8  # ... where the run is at least this share of the lesson's words
+OWN_WORDS = 2  # ... and holds this many words that no other problem of the batch has
 
 
 def restates_problem(text: str, problems: tuple[tuple[str, ...], ...], batch: tuple[tuple[str, ...], ...]
                      ) -> str | None:
     """The run of one of `problems`' words (`retrieval.tokens`) that a lesson restates, when the lesson is little
-    else and the run is not the template of `batch` (in half of its problems or more; with no batch, none is), or
-    None."""
+    else and the run is that problem's own (`OWN_WORDS` of its words in no other problem of `batch`; with no other
+    problem to tell by, any run is), or None."""
     words = tokens(text)
     for problem in problems:
         found = SequenceMatcher(None, words, problem, autojunk=False).find_longest_match(0, len(words), 0, len(problem))
         if found.size < max(RESTATED_WORDS, RESTATED_SHARE * len(words)):
             continue
-        run = " ".join(words[found.a:found.a + found.size])
-        if not batch or 2 * sum(f" {run} " in f" {' '.join(other)} " for other in batch) < len(batch):
-            return run
+        run = words[found.a:found.a + found.size]
+        elsewhere = set().union(*(other for other in batch if other != problem))
+        if len(set(run) - elsewhere) >= OWN_WORDS or not elsewhere:
+            return " ".join(run)
     return None
 
 
@@ -127,8 +130,8 @@ class OpRules:
     @classmethod
     def of(cls, library: LibraryVersion, problems: Iterable[Problem] = (), batch: Iterable[Problem] = ()
            ) -> OpRules:
-        """The rules for ops learned from `problems`, which came in `batch` (their family's template is what
-        most of its problems share; with no batch, every run of a problem's words is its own)."""
+        """The rules for ops learned from `problems`, which came in `batch` (the other problems tell a problem's own
+        words from the family's; with no batch, every run of a problem's words is its own)."""
         problems = list(problems)
         words = tuple(tuple(tokens(p.problem)) for p in problems)
         batch_words = tuple(tuple(tokens(p.problem)) for p in batch)

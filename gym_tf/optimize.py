@@ -628,11 +628,16 @@ class Optimizer:
 
     def _remedies_untried(self, examples_offered: int, versions_refused: int) -> str:
         """For a run whose every answer was wrong: the remedies its settings did not already use, and where it used
-        some, why they left nothing (the gate refused the examples they gave, or none they gave was graded right)."""
+        some, why they left nothing (the gate refused the examples they gave, or none they gave was fit to show)."""
         cfg = self.config
+        if not cfg.worked_examples:
+            return ("Try easier problems, a larger model (--model-file, --base-url) or --worked-examples (on by "
+                    "default; with it, verified answers, or with --labeled-examples the reference answers, are shown)")
         untried = [name for name, on in (
             ("a learner model whose verified answers become examples (--learner-examples with --learner-model-file)",
              cfg.learner_examples), ("--hard-groups reference", cfg.hard_groups == "reference"),
+            ("the model's answers told the reference answer as worked examples (--hinted-examples)",
+             cfg.hinted_examples),
             ("the reference answers as worked examples shown as earlier chat turns (--labeled-examples "
              "--examples-as-turns: they teach the answer's form, not the skill)", cfg.labeled_examples)) if not on]
         tries = ["easier problems", "a larger model (--model-file, --base-url)", *untried]
@@ -641,11 +646,13 @@ class Optimizer:
                                       ("--labeled-examples", cfg.labeled_examples)) if on]
         why = ""
         if used and examples_offered:
-            why = (f" {' and '.join(used)} gave {examples_offered} worked examples, and the validation gate refused "
-                   f"the {versions_refused} candidate versions that held them (below the best version so far).")
+            why = (f" {' and '.join(used)} gave worked examples ({examples_offered} offered), and the validation "
+                   f"gate refused the candidate versions that held them ({versions_refused}, below the best so far).")
         elif used:
-            why = (f" {' and '.join(used)} gave no worked example: no answer it gave was graded right (a task with "
-                   "no single reference answer, one the reward checks by the task's own rules, has none to show).")
+            label = (" (a task with no single reference answer, whose reward checks an answer by the task's own rules, "
+                     "has no label to show)" if cfg.labeled_examples else "")
+            why = (f" {' and '.join(used)} gave no worked example: none of their answers was fit to show (graded "
+                   f"wrong, or refused by the example rules){label}.")
         return f"Try {', '.join(tries[:-1])} or {tries[-1]}.{why}"
 
     def _saw(self, group: list[Rollout]) -> None:

@@ -76,6 +76,7 @@ async def test_a_library_version_already_sampled_is_not_sampled_again_and_says_w
     none, learned, other, turns = result.arms
     assert learned.same_as == "none" and other.same_as is None and none.same_as is None
     assert turns.same_as == "none" and turns.report is none.report
+    assert result.to_dict()["arms"][3]["library_version"] == as_turns.id  # its own version, not none's
     assert learned.vs_baseline.value == learned.vs_baseline.high == 0 and learned.learning_tokens == 900
     assert result.to_dict()["arms"][1]["same_as"] == "none"
     console = Console(record=True, width=100)
@@ -312,3 +313,23 @@ async def test_a_gain_only_where_the_problem_states_its_answer_is_named_so():
     for problems in (WORDS[::2], WORDS[1::2]):
         alike = await compare(CopiesTheWordWhenShownExamples({}), problems, exact, 2, Sampling(), arms, seed=1)
         assert alike.arms[1].vs_baseline_unstated is None
+
+
+async def test_stored_groups_are_not_sampled_again_and_a_group_of_another_size_is():
+    """`stored` (a stopped comparison's groups, by version): the problems it holds a whole group for are not sampled,
+    the others are, and the report is the one an uninterrupted comparison makes (the draws depend on the seed and
+    the problem only). A group of another size (another -k) is sampled again."""
+    problems = load_dataset("quickstart", limit=6)
+    gold = {p.problem: p.answer for p in problems}
+    arms = [("none", EMPTY_LIBRARY, 0)]
+    whole = await compare(ScriptedBackend(gold), problems, math_reward, 2, Sampling(), arms, seed=1)
+    groups = whole.arms[0].report.rollouts
+    stored = {pid: groups[pid] for pid in [p.id for p in problems][:3]}
+    stored[problems[3].id] = groups[problems[3].id][:1]  # cut short: sampled again
+    backend = ScriptedBackend(gold)
+    again = await compare(backend, problems, math_reward, 2, Sampling(), arms, seed=1,
+                          stored={EMPTY_LIBRARY.id: stored})
+    assert sum(c["stage"] == "solve" for c in backend.calls) == 3
+    answers = lambda report: {pid: [(r.completion, r.reward) for r in g] for pid, g in report.rollouts.items()}  # noqa: E731
+    assert answers(again.arms[0].report) == answers(whole.arms[0].report)  # the same draws (latencies differ)
+    assert again.arms[0].report.metrics == whole.arms[0].report.metrics

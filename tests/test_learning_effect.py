@@ -969,5 +969,6 @@ def test_test_groups_kept_for_a_resume_drop_a_line_cut_by_the_stop_and_a_new_run
     line = json.dumps([dataclasses.asdict(r) for r in group])
     (tmp_path / bench.TESTED).write_text(line + "\n" + line[: len(line) // 2], encoding="utf-8")
     assert bench.tested_groups(tmp_path, resume=True) == {"v1": {"p1": group}}
+    assert (tmp_path / bench.TESTED).read_text(encoding="utf-8") == line + "\n"  # the next group gets its own line
     assert bench.tested_groups(tmp_path, resume=False) == {} and not (tmp_path / bench.TESTED).exists()
     assert bench.tested_groups(tmp_path, resume=True) == {}

@@ -807,6 +807,7 @@ _HAYSTACKS = [  # needle_haystack's form (reasoning-gym), seed 1206: facts about
     ("Maaz adores origami.", "maaz adores origami"),  # and "Jules ignores vlogging.", a step later
     # the family's template (in every problem of the batch) is its instruction, repeated: it passes
     ("Reply only with a name.", None),
+    ("Reply only with a name: who adores origami?", None),  # the question's words stand in another haystack
     # advice that shares a few of the problem's words, and a short phrase of it, passes
     ("Find the sentence whose verb and object match the question's, and answer with its name.", None),
     ("Read every sentence: who adores origami is named before the verb.", None),
@@ -823,6 +824,22 @@ def test_a_lesson_that_restates_a_problem_is_refused(lesson, refused):
     # learned from one problem alone, with no batch to tell the template by, its instruction is a restatement too
     alone = OpRules.of(LibraryVersion(), problems[:1]).broken_by([AddOp(op="add", text="Reply only with a name.")])
     assert alone and "restates the problem" in alone
+    # a batch of two tells a problem's own words as well: the fact is refused, the instruction passes
+    pair = OpRules.of(LibraryVersion(), problems[:1], problems[:2])
+    assert (pair.broken_by([AddOp(op="add", text=lesson)]) is not None) is (refused is not None)
+
+
+def test_general_advice_in_a_math_problem_s_own_words_is_not_a_restatement():
+    """A mixed batch of arithmetic word problems: "Add the two numbers." is a run of the first problem's words, and
+    a general rule; other problems speak of two numbers too, so it passes. A run of another problem's own words
+    (its question about Tom's fruits) does not."""
+    texts = ["Add the two numbers 23 and 19.", "What is the sum of two numbers, 7 and 8?",
+             "Multiply the numbers 4 and 6.", "Tom has 5 apples and buys 3 pears. How many fruits has he?"]
+    problems = [Problem(id=f"m{n}", problem=text, answer="1") for n, text in enumerate(texts)]
+    rules = OpRules.of(LibraryVersion(), problems[:1], problems)
+    assert rules.broken_by([AddOp(op="add", text="Add the two numbers.")]) is None
+    fruit = OpRules.of(LibraryVersion(), problems[3:], problems)
+    assert "restates the problem" in fruit.broken_by([AddOp(op="add", text="How many fruits has he?")])
 
 
 @pytest.mark.parametrize("skill, says, shown", [
@@ -837,7 +854,7 @@ async def test_a_run_that_learned_nothing_says_why(store, skill, says, shown):
     assert result.library.items == () and result.progress.groups_used == 0
     why = [n for n in result.progress.notes if n.startswith("nothing learned")]
     assert len(why) == 1 and says in why[0]
-    assert ("--labeled-examples --examples-as-turns" in why[0]) is (skill == 0.0)  # what a user can try next
+    assert ("--worked-examples" in why[0]) is (skill == 0.0)  # what a user can try next (this run keeps none)
     assert shown in progress_line(result.progress)
     # resumed after its last step, the run counts from its stored steps, not from this process's empty counters
     run_id, config = resume_config(store, result.run_id)
@@ -909,7 +926,7 @@ async def test_a_reference_answer_the_reward_does_not_read_back_as_right_is_not_
     assert not [i for i in result.library.items if i.kind == "example"]
     # the run's note says the labels gave nothing and why, and does not offer them as the thing to try next
     [why] = [n for n in result.progress.notes if n.startswith("nothing learned")]
-    assert "--labeled-examples gave no worked example: no answer it gave was graded right" in why
+    assert "--labeled-examples gave no worked example: none of their answers was fit to show" in why
     assert "(--labeled-examples --examples-as-turns" not in why and "--hard-groups reference" in why
     # and with labels off, the same model keeps none either: the examples above came from the labels
     plain = SMALL.model_copy(update={"epochs": 1, "worked_examples": True})
@@ -938,7 +955,8 @@ async def test_labeled_examples_the_gate_refused_are_named_in_the_note(store, qu
     refused = [v for v in store.versions(result.run_id) if v["status"] == "rejected"]
     assert result.library.items == () and len(refused) == 2
     [why] = [n for n in result.progress.notes if n.startswith("nothing learned")]
-    assert "--labeled-examples gave 8 worked examples, and the validation gate refused the 2 candidate" in why
+    assert ("--labeled-examples gave worked examples (8 offered), and the validation gate refused the candidate "
+            "versions that held them (2, below the best so far)") in why
 
 
 @pytest.mark.parametrize("setting", ["labeled_examples", "examples_as_turns"])
