@@ -42,13 +42,13 @@ class Arm:
     held_in_library: list[str] = field(default_factory=list)  # problems the library holds verbatim: not held out
     copies: Copies | None = None  # the answers that repeat a worked example shown to them (None: no examples shown)
     same_as: str | None = None  # an earlier arm that sends the same prompts, whose samples this one shares
-    library_version: str = ""  # this arm's own version (its report's, unless it shares an earlier arm's samples)
+    library_version: str = ""  # this arm's own version (not its report's where it shares an earlier arm's samples)
 
     def to_dict(self) -> dict[str, Any]:
         def est(e: Estimate | None) -> dict | None:
             return None if e is None else {"value": e.value, "low": e.low, "high": e.high}
 
-        return {"name": self.name, "library_version": self.library_version or self.report.library_version,
+        return {"name": self.name, "library_version": self.library_version,
                 "library_items": self.report.library_items, "metrics": self.report.metrics.to_dict(),
                 "tokens": {"prompt": self.report.prompt_tokens, "completion": self.report.completion_tokens,
                            "prompt_per_call": self.report.prompt_tokens_per_call(), "learning": self.learning_tokens},
@@ -179,9 +179,10 @@ async def compare(backend: Backend, problems: list[Problem], reward: Callable[..
     """Evaluate each (name, library, tokens spent learning it) in turn; the first is the baseline. A library version
     already evaluated is not sampled again: the same version renders the same prompts, so its true difference from
     the earlier arm is 0, and sampling it again would measure only the engine's noise (a run whose gate kept nothing
-    ends on the empty version, the `none` arm's, or on an empty one under its own render policy: `renders_alike`). With `constant`, each arm is also set against the most common
-    answer given to every problem (`ConstantAnswer`; leave it off for a reward that asks a model), and against the
-    baseline on the problems that answer gets wrong (a library that only taught that answer gains nothing there).
+    ends on the empty version, the `none` arm's, or on an empty one under its own render policy: `renders_alike`).
+    With `constant`, each arm is also set against the most common answer given to every problem (`ConstantAnswer`;
+    leave it off for a reward that asks a model), and against the baseline on the problems that answer gets wrong
+    (a library that only taught that answer gains nothing there).
     `stored` holds groups already sampled, by library version and problem (a stopped comparison's): not paid again.
     Where some problems state their own answer and others do not, each arm is also set against the baseline on the
     others: a small model is right mostly where it can copy the question (number_sequence, seed 45: 0.30 on the 7

@@ -34,8 +34,7 @@ def comparison_table(comparison) -> Table:
     table = Table(title=f"{comparison.problems} problems x {k} samples, same seeds, 95% intervals")
     table.add_column("measure")
     for arm in comparison.arms:
-        table.add_column(arm.name if arm is base else f"{arm.name} ({short(arm.library_version or arm.report.library_version)})",
-                         overflow="fold")
+        table.add_column(arm.name if arm is base else f"{arm.name} ({short(arm.library_version)})", overflow="fold")
 
     def row(name: str, cell) -> None:
         table.add_row(name, *(cell(a) for a in comparison.arms))

@@ -74,19 +74,18 @@ RESTATED_SHARE = 0.8  # ... where the run is at least this share of the lesson's
 OWN_WORDS = 2  # ... and holds this many words that no other problem of the batch has
 
 
-def restates_problem(text: str, problems: tuple[tuple[str, ...], ...], batch: tuple[tuple[str, ...], ...]
+def restates_problem(text: str, problems: tuple[tuple[str, ...], ...], elsewhere: tuple[frozenset[str], ...]
                      ) -> str | None:
     """The run of one of `problems`' words (`retrieval.tokens`) that a lesson restates, when the lesson is little
-    else and the run is that problem's own (`OWN_WORDS` of its words in no other problem of `batch`; with no other
-    problem to tell by, any run is), or None."""
+    else and the run is that problem's own (`OWN_WORDS` of its words not among its `elsewhere`, the words of the
+    batch's other problems; with none to tell by, any run is), or None."""
     words = tokens(text)
-    for problem in problems:
+    for problem, others in zip(problems, elsewhere):
         found = SequenceMatcher(None, words, problem, autojunk=False).find_longest_match(0, len(words), 0, len(problem))
         if found.size < max(RESTATED_WORDS, RESTATED_SHARE * len(words)):
             continue
         run = words[found.a:found.a + found.size]
-        elsewhere = set().union(*(other for other in batch if other != problem))
-        if len(set(run) - elsewhere) >= OWN_WORDS or not elsewhere:
+        if len(set(run) - others) >= OWN_WORDS or not others:
             return " ".join(run)
     return None
 
@@ -124,8 +123,8 @@ class OpRules:
     numbers: tuple[frozenset[str], ...] = ()  # one set per problem
     passages: frozenset[str] = frozenset()  # the problems' quoted passages
     about_code: bool = False  # whether any of the problems names code: only then may a lesson name it
-    words: tuple[tuple[str, ...], ...] = ()  # each problem's words, and those of the batch it came in
-    batch_words: tuple[tuple[str, ...], ...] = ()
+    words: tuple[tuple[str, ...], ...] = ()  # each problem's words
+    elsewhere: tuple[frozenset[str], ...] = ()  # ... and, for each, the words of the batch's other problems
 
     @classmethod
     def of(cls, library: LibraryVersion, problems: Iterable[Problem] = (), batch: Iterable[Problem] = ()
@@ -134,10 +133,11 @@ class OpRules:
         words from the family's; with no batch, every run of a problem's words is its own)."""
         problems = list(problems)
         words = tuple(tuple(tokens(p.problem)) for p in problems)
-        batch_words = tuple(tuple(tokens(p.problem)) for p in batch)
+        batch = {p.problem: frozenset(tokens(p.problem)) for p in batch}
+        elsewhere = tuple(frozenset().union(*(w for text, w in batch.items() if text != p.problem)) for p in problems)
         return cls(tuple(i.id for i in library.items if i.kind == "lesson"), tuple(numbers_of(p) for p in problems),
                    frozenset().union(*map(passages_of, problems)), any(_ABOUT_CODE.search(p.problem) for p in problems),
-                   words, batch_words)
+                   words, elsewhere)
 
     def schema(self, max_ops: int) -> dict[str, Any]:
         return ops_schema(max_ops, self.ids)
@@ -159,7 +159,7 @@ class OpRules:
             if quoted:
                 return (f'the lesson at operations.{n} repeats the text the problem quotes ("{quoted}"): '
                         "state the general rule, for any text")
-            restated = restates_problem(text, self.words, self.batch_words) if text else None
+            restated = restates_problem(text, self.words, self.elsewhere) if text else None
             if restated:
                 return (f'the lesson at operations.{n} restates the problem ("{restated}"): state what to do, for any '
                         "problem of this kind")

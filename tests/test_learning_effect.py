@@ -958,7 +958,8 @@ def test_a_number_of_told_answers_outside_0_to_16_is_refused(bench, text):
 
 def test_test_groups_kept_for_a_resume_drop_a_line_cut_by_the_stop_and_a_new_run_removes_them(bench, tmp_path):
     """`tested.jsonl`: a resume reads back each whole group by library version and problem; the line a stop cut
-    short is dropped (sampled again); a run that is not a resume removes the file, since its groups are another run's."""
+    short is dropped (sampled again); a run that is not a resume removes the file, since its groups are another
+    run's."""
     import dataclasses
 
     from gym_tf.rollouts import Rollout
