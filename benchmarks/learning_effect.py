@@ -259,6 +259,8 @@ async def one_family(family: str, args: argparse.Namespace, out: Path) -> dict:
         print(f"{family}: finished before; its row is read from {folder / 'comparison.json'}", file=sys.stderr)
         return row(finished)
     folder.mkdir(parents=True, exist_ok=True)
+    if not args.resume:  # another run's row: a resume of this run, stopped before its own, must not read it back
+        (folder / "comparison.json").unlink(missing_ok=True)
     kept = tested_groups(folder, args.resume)  # read (or, for a new run, removed) before anything can stop it
     backend_config = BackendConfig(base_url=args.base_url, model=args.model, model_file=args.model_file,
                                    api_key=args.api_key)

@@ -752,6 +752,40 @@ def test_a_stopped_benchmark_resumes_where_it_stopped_and_ends_as_an_uninterrupt
         run("stopped", ScriptedBackend(gold), "--resume", "-k", "4")
 
 
+def test_a_new_run_in_a_finished_familys_folder_is_not_read_back_as_that_run_by_a_resume(bench, tmp_path,
+                                                                                          monkeypatch):
+    """A new run (no `--resume`) in a folder whose run finished, stopped before its own row: its resume must go on
+    from what it stored, not return the finished run's row from the old comparison.json."""
+    import asyncio
+
+    from fakes import ScriptedBackend
+    from gym_tf.datasets import load_dataset
+
+    gold = {p.problem: p.answer for p in load_dataset("quickstart")}
+    backends = []
+
+    async def fake_backend(config):
+        return backends.pop(0)
+
+    monkeypatch.setattr(bench, "make_backend", fake_backend)
+
+    def run(backend, *more):
+        backends.append(backend)
+        args = bench.arguments().parse_args(["--families", "quickstart", "--epochs", "1", "-k", "2",
+                                             "--val-samples", "1", "--out", str(tmp_path), *more])
+        return asyncio.run(bench.one_family("quickstart", args, args.out))
+
+    run(ScriptedBackend(gold))
+    comparison = tmp_path / "quickstart" / "comparison.json"
+    assert comparison.exists()
+    with pytest.raises(ConnectionError):
+        run(CrashingBackend(ScriptedBackend(gold), crash_after=3))
+    assert not comparison.exists()
+    resumed = ScriptedBackend(gold)
+    run(resumed, "--resume")
+    assert any(c["stage"] == "solve" for c in resumed.calls) and comparison.exists()
+
+
 def test_the_learning_time_limit_reaches_the_optimizer_and_the_row_says_where_it_cut_learning(bench, tmp_path,
                                                                                              monkeypatch):
     """`--learn-minutes`: the optimizer starts no learning step past it, the prune step still ends the run, and the
