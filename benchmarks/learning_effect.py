@@ -721,8 +721,9 @@ def across_families(rows: list[dict], policy: str = "0.5B", setting: tuple[int, 
     no library, those that kept no item; and the mean gain over these families with a percentile bootstrap 95%
     interval that resamples families. That interval is for the average over the families run, not a prediction for
     one new family: `spread` gives the families' range. `every_run` counts every such row, reruns included, and
-    `best` the families with at least one row that met both (`beyond`: beyond the most common answer too), since a
-    count by the latest row drifts as near misses are rerun."""
+    `best` the families with at least one row that met both (`beyond`: beyond the shortcuts too: the most common
+    answer given every time, and the answer a test problem states, `no_gain_where_unstated`), since a count by the
+    latest row drifts as near misses are rerun."""
     defaults = arguments().parse_args([])
     default = default_setting()
     setting = default if setting is None else setting
@@ -740,14 +741,16 @@ def across_families(rows: list[dict], policy: str = "0.5B", setting: tuple[int, 
     met = lambda r: r["diff"][1] > 0 and r["majority_diff"][1] > 0  # noqa: E731
     both = [r for r in runs if met(r)]
     answered_alike = sorted(r["family"] for r in both if no_gain_beyond_constant(r))
+    copied_stated = sorted(r["family"] for r in both if not no_gain_beyond_constant(r) and no_gain_where_unstated(r))
+    shortcut = lambda r: no_gain_beyond_constant(r) or no_gain_where_unstated(r)  # noqa: E731
     every_met = [r for r in at_defaults if met(r)]
-    every_beyond = [r for r in every_met if not no_gain_beyond_constant(r)]
-    others = [r for r in runs if r["family"] not in answered_alike]
+    every_beyond = [r for r in every_met if not shortcut(r)]
+    others = [r for r in runs if r["family"] not in answered_alike + copied_stated]
     return {"policy": policy, "setting": None if setting == default else setting, "families": len(runs),
             "both": sorted(r["family"] for r in both),
-            "constant_families": answered_alike,
-            "mean_diff_without_constant": over("diff", others) if answered_alike else None,
-            "majority_diff_without_constant": over("majority_diff", others) if answered_alike else None,
+            "constant_families": answered_alike, "stated_families": copied_stated,
+            "mean_diff_without_constant": over("diff", others) if len(others) < len(runs) else None,
+            "majority_diff_without_constant": over("majority_diff", others) if len(others) < len(runs) else None,
             "gain": sorted(r["family"] for r in runs if r["diff"][1] > 0),
             "below": sorted(r["family"] for r in runs if r["diff"][0] < 0),
             "empty": sorted(r["family"] for r in runs if r["items"] == 0),
@@ -818,7 +821,8 @@ def across_text(summary: dict) -> str:
             f"{len(summary['both'])} meet both conditions{constant_caveat(summary)}, {len(summary['gain'])} gain beyond noise, "
             f"{len(summary['below'])} below no library, {len(summary['empty'])} kept no item; gains {low:+.3f} to "
             f"{high:+.3f}, their mean {summary['mean_diff']}"
-            + (f" ({summary['mean_diff_without_constant']} without {', '.join(summary['constant_families'])})"
+            + (f" ({summary['mean_diff_without_constant']} without "
+               f"{', '.join(summary['constant_families'] + summary.get('stated_families', []))})"
                if summary.get("mean_diff_without_constant") else "")
             + f", the votes' mean {summary['majority_diff']}"
             + (f" ({summary['majority_diff_without_constant']} without them)"
@@ -830,13 +834,22 @@ def every_run_text(summary: dict) -> str:
     every, best = summary["every_run"], summary["best"]
     where = f"at {setting_text(summary['setting'])}" if summary.get("setting") else "at the defaults"
     return (f". Every row {where}, reruns included: {every['both']} of {every['runs']} met both conditions, "
-            f"{every['beyond']} beyond the most common answer; by each family's best row, {len(best['both'])} of "
-            f"{summary['families']} families met both, {len(best['beyond'])} beyond the most common answer")
+            f"{every['beyond']} beyond the most common answer and any answer stated in the problem; by each family's "
+            f"best row, {len(best['both'])} of {summary['families']} families met both, {len(best['beyond'])} beyond "
+            "them")
+
+
+def no_gain_where_unstated(r: dict) -> bool:
+    """Whether a run's gain may be copying the answer its test problems state ('Calculate the following: 2*x'):
+    where some state it and others do not, no gain beyond noise on the others."""
+    return bool(r.get("diff_where_unstated")) and r["diff_where_unstated"][1] <= 0
 
 
 def constant_caveat(summary: dict) -> str:
-    found = summary.get("constant_families")
-    return f" ({', '.join(found)}: no better than its most common answer given every time)" if found else ""
+    found, stated = summary.get("constant_families"), summary.get("stated_families")
+    parts = ([f"{', '.join(found)}: no better than its most common answer given every time"] if found else []) + (
+        [f"{', '.join(stated)}: no gain where the problem does not state its answer"] if stated else [])
+    return f" ({'; '.join(parts)})" if parts else ""
 
 
 def same(r: dict) -> str:

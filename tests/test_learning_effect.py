@@ -123,8 +123,20 @@ def test_across_families_also_counts_every_run_at_the_defaults_and_each_familys_
     assert summary["every_run"] == {"runs": 5, "both": 3, "beyond": 1}
     assert summary["best"] == {"both": ["a", "b"], "beyond": ["a"]}
     assert bench.across_text(summary).rstrip().endswith(
-        "Every row at the defaults, reruns included: 3 of 5 met both conditions, 1 beyond the most common answer; "
-        "by each family's best row, 2 of 3 families met both, 1 beyond the most common answer")
+        "Every row at the defaults, reruns included: 3 of 5 met both conditions, 1 beyond the most common answer and "
+        "any answer stated in the problem; by each family's best row, 2 of 3 families met both, 1 beyond them")
+    # a gain all on test problems that state their own answer is a shortcut too: named apart, and not "beyond"
+    copied = run("d", met, diff_where_unstated=(0.0, 0.0, 0.0))
+    skilled = run("e", met, diff_where_unstated=(0.1, 0.02, 0.2))
+    summary = bench.across_families([copied, skilled, *rows])
+    assert summary["stated_families"] == ["d"] and summary["constant_families"] == ["b"]
+    assert summary["every_run"] == {"runs": 7, "both": 5, "beyond": 2}
+    assert summary["best"]["beyond"] == ["a", "e"]
+    others = [r["diff"][0] for r in (skilled, rows[0], rows[4])]  # e, a (latest), c: neither shortcut
+    assert summary["mean_diff_without_constant"].value == pytest.approx(sum(others) / len(others))
+    assert ("(b: no better than its most common answer given every time; d: no gain where the problem does not "
+            "state its answer)") in bench.across_text(summary)
+    assert f"({summary['mean_diff_without_constant']} without b, d)" in bench.across_text(summary)
 
 
 def test_the_readme_states_what_the_archive_says_across_families(bench):
