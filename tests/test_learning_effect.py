@@ -137,6 +137,9 @@ def test_across_families_also_counts_every_run_at_the_defaults_and_each_familys_
     assert ("(b: no better than its most common answer given every time; d: no gain where the problem does not "
             "state its answer)") in bench.across_text(summary)
     assert f"({summary['mean_diff_without_constant']} without b, d)" in bench.across_text(summary)
+    only_copied = bench.across_families([copied, skilled])  # no constant-answer row: the mean without d alone
+    assert only_copied["constant_families"] == [] and only_copied["mean_diff_without_constant"].value == pytest.approx(0.2)
+    assert "(d: no gain where the problem does not state its answer)" in bench.across_text(only_copied)
 
 
 def test_the_readme_states_what_the_archive_says_across_families(bench):
@@ -153,7 +156,8 @@ def test_runs_at_other_training_sizes_or_epochs_are_counted_apart_on_a_line_of_t
         return json.loads(ARCHIVE.read_text(encoding="utf-8"))[0] | {
             "family": family, "model": "0.5B", "learner": "0.5B", "diff": diffs[0], "majority_diff": diffs[1],
             "items": 3, "epochs": epochs, "train": train, "test": 24, "k": 4, "constant": None,
-            "diff_where_constant_wrong": None, "mean_minus_constant": None} | more  # whatever the newest row has
+            "diff_where_constant_wrong": None, "mean_minus_constant": None, "diff_where_unstated": None} | more
+        # whatever else the newest row has
 
     rows = [run("d (--epochs 1 --train 48)", met, 48, 1),
             run("a (--train 48)", met, 48), run("b (--train 48)", missed, 48), run("b (--train 48)", met, 48),
