@@ -181,8 +181,8 @@ async def chosen_level(family: str, args: argparse.Namespace, backend, folder: P
             level=found["level"], rates={int(k): v for k, v in found["rates"].items()}, tokens=found["tokens"],
             aim=task_levels.Aim(**found["aim"]), too_few=tuple(found["too_few"])) if found else None
         return kept["level"], calibration
-    for stale in split_files(folder):  # a folder used before: its splits are not this run's, even if it stops here
-        stale.unlink(missing_ok=True)
+    for stale in [*split_files(folder), path]:  # a folder used before: its splits and level are not this run's,
+        stale.unlink(missing_ok=True)  # even if it stops here
     level, calibration = await pick_level(family, args, backend, folder, sampling)
     path.write_text(json.dumps({"settings": settings(args), "level": level,
                                 "calibration": dataclasses.asdict(calibration) if calibration else None}),

@@ -897,9 +897,11 @@ def test_a_resumed_run_tests_the_splits_it_started_on_and_a_new_run_draws_them(b
         raise KeyboardInterrupt
 
     monkeypatch.setattr(bench, "pick_level", stopped_while_probing)
+    (tmp_path / "level.json").write_text("{}")  # an earlier run's level choice
     with pytest.raises(KeyboardInterrupt):  # a new run in this folder, stopped before its own splits were drawn
         asyncio.run(bench.chosen_level("chain_sum", new_run, None, tmp_path, None))
     assert not any(path.exists() for path in bench.split_files(tmp_path))  # so no resume can test the old ones
+    assert not (tmp_path / "level.json").exists()  # nor take the old run's level for its own
 
 
 def test_a_resumed_run_keeps_the_level_its_probes_chose(bench, tmp_path, monkeypatch):
