@@ -181,8 +181,6 @@ async def chosen_level(family: str, args: argparse.Namespace, backend, folder: P
             level=found["level"], rates={int(k): v for k, v in found["rates"].items()}, tokens=found["tokens"],
             aim=task_levels.Aim(**found["aim"]), too_few=tuple(found["too_few"])) if found else None
         return kept["level"], calibration
-    for stale in [*split_files(folder), path]:  # a folder used before: its splits and level are not this run's,
-        stale.unlink(missing_ok=True)  # even if it stops here
     level, calibration = await pick_level(family, args, backend, folder, sampling)
     path.write_text(json.dumps({"settings": settings(args), "level": level,
                                 "calibration": dataclasses.asdict(calibration) if calibration else None}),
@@ -193,15 +191,18 @@ async def chosen_level(family: str, args: argparse.Namespace, backend, folder: P
 TESTED = "tested.jsonl"  # each test group as it is scored, so a stopped benchmark's resume pays none of them again
 
 
-def tested_groups(folder: Path, resume: bool) -> dict[str, dict[str, list[Rollout]]]:
-    """With `resume`: the test groups a stopped run of this folder scored, by library version and problem (a line
-    cut short by the stop is dropped, and the file rewritten without it, so the next group starts a line of its
-    own); without it, none, and the folder's are removed (they are another run's). A resume is refused before this
-    where its settings differ from the stopped run's (`same_settings`)."""
+def run_files(folder: Path) -> list[Path]:
+    """What a run leaves in its family's folder for `--resume` to go on from: its row, its level, its splits and
+    its scored test groups. A new run removes them first, so a resume of it, stopped early, never takes another
+    run's (the optimize runs in `ws` are told apart by `earlier_run`)."""
+    return [folder / "comparison.json", folder / "level.json", *split_files(folder), folder / TESTED]
+
+
+def tested_groups(folder: Path) -> dict[str, dict[str, list[Rollout]]]:
+    """The test groups a stopped run of this folder scored, by library version and problem (a line cut short by the
+    stop is dropped, and the file rewritten without it, so the next group starts a line of its own). A resume is
+    refused before this where its settings differ from the stopped run's (`same_settings`)."""
     path = folder / TESTED
-    if not resume:
-        path.unlink(missing_ok=True)
-        return {}
     kept: dict[str, dict[str, list[Rollout]]] = {}
     whole = []
     for line in path.read_text(encoding="utf-8").splitlines() if path.exists() else ():
@@ -259,9 +260,9 @@ async def one_family(family: str, args: argparse.Namespace, out: Path) -> dict:
         print(f"{family}: finished before; its row is read from {folder / 'comparison.json'}", file=sys.stderr)
         return row(finished)
     folder.mkdir(parents=True, exist_ok=True)
-    if not args.resume:  # another run's row: a resume of this run, stopped before its own, must not read it back
-        (folder / "comparison.json").unlink(missing_ok=True)
-    kept = tested_groups(folder, args.resume)  # read (or, for a new run, removed) before anything can stop it
+    for stale in () if args.resume else run_files(folder):  # another run's, removed before anything can stop this
+        stale.unlink(missing_ok=True)
+    kept = tested_groups(folder) if args.resume else {}
     backend_config = BackendConfig(base_url=args.base_url, model=args.model, model_file=args.model_file,
                                    api_key=args.api_key)
     learner_config = None

@@ -896,12 +896,22 @@ def test_a_resumed_run_tests_the_splits_it_started_on_and_a_new_run_draws_them(b
     async def stopped_while_probing(*_):
         raise KeyboardInterrupt
 
+    class Unused:  # the engine, closed when the run stops; the stop comes before any call
+        async def aclose(self):
+            pass
+
+    async def no_engine(config):
+        return Unused()
+
     monkeypatch.setattr(bench, "pick_level", stopped_while_probing)
-    (tmp_path / "level.json").write_text("{}")  # an earlier run's level choice
+    monkeypatch.setattr(bench, "make_backend", no_engine)
+    folder = tmp_path / "chain_sum"
+    folder.mkdir()
+    for stale in bench.run_files(folder):  # an earlier run's row, level, splits and test groups
+        stale.write_text("{}")
     with pytest.raises(KeyboardInterrupt):  # a new run in this folder, stopped before its own splits were drawn
-        asyncio.run(bench.chosen_level("chain_sum", new_run, None, tmp_path, None))
-    assert not any(path.exists() for path in bench.split_files(tmp_path))  # so no resume can test the old ones
-    assert not (tmp_path / "level.json").exists()  # nor take the old run's level for its own
+        asyncio.run(bench.one_family("chain_sum", new_run, tmp_path))
+    assert not any(path.exists() for path in bench.run_files(folder))  # so no resume can take the old ones
 
 
 def test_a_resumed_run_keeps_the_level_its_probes_chose(bench, tmp_path, monkeypatch):
@@ -1010,8 +1020,7 @@ def test_a_number_of_told_answers_outside_0_to_16_is_refused(bench, text):
 
 def test_test_groups_kept_for_a_resume_drop_a_line_cut_by_the_stop_and_a_new_run_removes_them(bench, tmp_path):
     """`tested.jsonl`: a resume reads back each whole group by library version and problem; the line a stop cut
-    short is dropped (sampled again); a run that is not a resume removes the file, since its groups are another
-    run's."""
+    short is dropped (sampled again); with no file, none (a new run removes it: `run_files`)."""
     import dataclasses
 
     from gym_tf.rollouts import Rollout
@@ -1021,7 +1030,7 @@ def test_test_groups_kept_for_a_resume_drop_a_line_cut_by_the_stop_and_a_new_run
                      library_version="v1", shown=("E1",)) for n in range(2)]
     line = json.dumps([dataclasses.asdict(r) for r in group])
     (tmp_path / bench.TESTED).write_text(line + "\n" + line[: len(line) // 2], encoding="utf-8")
-    assert bench.tested_groups(tmp_path, resume=True) == {"v1": {"p1": group}}
+    assert bench.tested_groups(tmp_path) == {"v1": {"p1": group}}
     assert (tmp_path / bench.TESTED).read_text(encoding="utf-8") == line + "\n"  # the next group gets its own line
-    assert bench.tested_groups(tmp_path, resume=False) == {} and not (tmp_path / bench.TESTED).exists()
-    assert bench.tested_groups(tmp_path, resume=True) == {}
+    (tmp_path / bench.TESTED).unlink()
+    assert bench.tested_groups(tmp_path) == {}
