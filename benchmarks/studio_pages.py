@@ -23,7 +23,7 @@ from rich.console import Console
 from rich.table import Table
 from starlette.testclient import TestClient
 
-from gym_tf.library import EMPTY_LIBRARY, AddOp, DeleteOp, ExampleOp, OpVerdict, Provenance, apply_ops
+from gym_tf.library import EMPTY_LIBRARY, AddOp, DeleteOp, ExampleOp, Provenance, apply_ops
 from gym_tf.rollouts import Rollout
 from gym_tf.store import RunStore, rollout_key
 from gym_tf.studio import StudioConfig, studio_app

@@ -25,15 +25,28 @@ def bench():
     return module
 
 
+@pytest.fixture(scope="module")
+def report(bench):
+    """The benchmark's results (its rows, table, archive, counts across families, plot), the module the script
+    imports: loading the script put the repository on sys.path."""
+    return sys.modules["benchmarks.effect_report"]
+
+
+@pytest.fixture(scope="module")
+def cli(bench):
+    """The benchmark's command line and the settings its runs record, as the script imports them."""
+    return sys.modules["benchmarks.effect_cli"]
+
+
 def readme_table(readme: Path = ROOT / "README.md") -> list[str]:
     text = readme.read_text(encoding="utf-8")
     lines = text[text.index("<!-- learning-effect-table -->"):].splitlines()[1:]
     return lines[:next(i for i, line in enumerate(lines) if not line.startswith("|"))]
 
 
-def test_the_archive_of_runs_is_the_readmes_table_on_clean_splits(bench):
-    rows = bench.report_rows(json.loads(ARCHIVE.read_text(encoding="utf-8")))
-    rendered = bench.markdown(rows).splitlines()
+def test_the_archive_of_runs_is_the_readmes_table_on_clean_splits(report):
+    rows = report.report_rows(json.loads(ARCHIVE.read_text(encoding="utf-8")))
+    rendered = report.markdown(rows).splitlines()
     table = readme_table()
     assert rendered[:2] == table[:2]  # the same columns
     assert [line for line in rendered[2:] if line not in table] == []
@@ -43,7 +56,7 @@ def test_the_archive_of_runs_is_the_readmes_table_on_clean_splits(bench):
     assert all(r["cpu"] for r in rows)
 
 
-def test_across_families_takes_each_familys_latest_row_at_the_defaults_and_resamples_families(bench):
+def test_across_families_takes_each_familys_latest_row_at_the_defaults_and_resamples_families(report):
     def run(family, diff, vote, model="0.5B", learner="0.5B", items=3, **settings):
         return {"family": family, "model": model, "learner": learner, "diff": diff, "majority_diff": vote,
                 "items": items, "epochs": 2, "train": 16, "test": 24, "k": 4} | settings
@@ -60,17 +73,18 @@ def test_across_families_takes_each_familys_latest_row_at_the_defaults_and_resam
             run("d (another setting)", (0.9, 0.8, 1.0), (0.9, 0.8, 1.0)),
             run("e", (0.9, 0.8, 1.0), (0.9, 0.8, 1.0), model="1.5B", learner="1.5B"),
             run("f", (0.9, 0.8, 1.0), (0.9, 0.8, 1.0), learner="1.5B")]
-    summary = bench.across_families(rows)
+    summary = report.across_families(rows)
     assert summary["families"] == 4
     assert (summary["both"], summary["gain"], summary["below"], summary["empty"]) == (["a"], ["a", "b"], ["c"], ["g"])
     assert summary["spread"] == (-0.1, 0.2)
     mean = summary["mean_diff"]
     assert mean.value == pytest.approx(0.05) and -0.1 - 1e-9 <= mean.low < mean.value < mean.high <= 0.2 + 1e-9
     assert summary["majority_diff"].value == pytest.approx(0.05)
-    assert bench.across_families(rows, policy="1.5B")["gain"] == ["e"]
-    assert bench.across_families(rows[5:]) is None
-    assert "4 families" in bench.across_text(summary) and "1 kept no item; gains -0.100 to +0.200" in bench.across_text(summary)
-    assert summary["constant_families"] == [] and "no better than" not in bench.across_text(summary)
+    assert report.across_families(rows, policy="1.5B")["gain"] == ["e"]
+    assert report.across_families(rows[5:]) is None
+    text = report.across_text(summary)
+    assert "4 families" in text and "1 kept no item; gains -0.100 to +0.200" in text
+    assert summary["constant_families"] == [] and "no better than" not in report.across_text(summary)
 
     # a family that meets both conditions by answering its most common answer every time is named, and the mean
     # is also given without it; a row from before the constant was recorded is not suspected
@@ -78,35 +92,35 @@ def test_across_families_takes_each_familys_latest_row_at_the_defaults_and_resam
                       mean_minus_constant=(-0.01, -0.03, 0.0))
     beyond = run("u", (0.3, 0.2, 0.4), (0.3, 0.1, 0.5), constant={"answer": "4", "mean": 0.05},
                  mean_minus_constant=(0.2, 0.1, 0.3))
-    summary = bench.across_families([true_always, beyond, *rows])
+    summary = report.across_families([true_always, beyond, *rows])
     assert summary["both"] == ["a", "t", "u"] and summary["constant_families"] == ["t"]
     assert summary["mean_diff_without_constant"].value == pytest.approx((0.2 + 0.1 - 0.1 + 0.0 + 0.3) / 5)
-    text = bench.across_text(summary)
+    text = report.across_text(summary)
     assert "3 meet both conditions (t: no better than its most common answer given every time)" in text
     assert f"({summary['mean_diff_without_constant']} without t)" in text
     votes = [r["majority_diff"][0] for r in (beyond, *rows[:4])]  # a, b, c, g: the 0.5B rows at the defaults
     assert summary["majority_diff_without_constant"].value == pytest.approx(sum(votes) / len(votes))
     without = summary["majority_diff_without_constant"]
     assert f"the votes' mean {summary['majority_diff']} ({without} without them)" in text
-    cell = bench.constant_cell(true_always, lambda e: f"{e[0]:+.3f}")
-    assert cell == "-0.010 ('True' always: 0.700)" and bench.constant_cell(rows[0], None) == "not recorded"
+    cell = report.constant_cell(true_always, lambda e: f"{e[0]:+.3f}")
+    assert cell == "-0.010 ('True' always: 0.700)" and report.constant_cell(rows[0], None) == "not recorded"
     # where recorded, the gain on the problems the common answer gets wrong decides: a library below "0 always"
     # that gains where 0 is wrong taught more than 0; one above it that gains nothing there taught 0
     taught_more = run("v", (0.2, 0.1, 0.3), (0.2, 0.1, 0.3), constant={"answer": "0", "mean": 0.6},
                       mean_minus_constant=(0.0, -0.1, 0.1), diff_where_constant_wrong=(0.2, 0.05, 0.35))
     taught_zero = run("w", (0.3, 0.2, 0.4), (0.3, 0.1, 0.5), constant={"answer": "0", "mean": 0.3},
                       mean_minus_constant=(0.2, 0.1, 0.3), diff_where_constant_wrong=(0.0, -0.1, 0.1))
-    assert bench.across_families([taught_more, taught_zero])["constant_families"] == ["w"]
-    cell = bench.constant_cell(taught_more, lambda e: f"{e[0]:+.3f}")
+    assert report.across_families([taught_more, taught_zero])["constant_families"] == ["w"]
+    cell = report.constant_cell(taught_more, lambda e: f"{e[0]:+.3f}")
     assert cell == "+0.000 ('0' always: 0.600; the gain where it is wrong: +0.200)"
     # and where some test problems state their own answer, the gain on the others (a converged sequence's last term)
     copied = taught_more | {"diff_where_unstated": (0.0, -0.05, 0.05)}
-    assert bench.constant_cell(copied, lambda e: f"{e[0]:+.3f}") == (
+    assert report.constant_cell(copied, lambda e: f"{e[0]:+.3f}") == (
         "+0.000 ('0' always: 0.600; the gain where it is wrong: +0.200); "
         "the gain where the problem does not state its answer: +0.000")
 
 
-def test_across_families_also_counts_every_run_at_the_defaults_and_each_familys_best(bench):
+def test_across_families_also_counts_every_run_at_the_defaults_and_each_familys_best(report):
     met, missed = ((0.2, 0.1, 0.3), (0.2, 0.1, 0.3)), ((0.1, 0.02, 0.2), (0.1, -0.05, 0.25))
 
     def run(family, diffs, **more):
@@ -118,36 +132,36 @@ def test_across_families_also_counts_every_run_at_the_defaults_and_each_familys_
     rows = [run("a", missed), run("a", met),  # newest first: a's latest missed the vote, an older run met both
             run("b", met, **one_answer), run("b", met, **one_answer),  # met both twice, by one answer each time
             run("c", missed), run("c", met, test=48)]  # off the defaults: counted nowhere
-    summary = bench.across_families(rows)
+    summary = report.across_families(rows)
     assert summary["both"] == ["b"] and summary["constant_families"] == ["b"]
     assert summary["every_run"] == {"runs": 5, "both": 3, "beyond": 1}
     assert summary["best"] == {"both": ["a", "b"], "beyond": ["a"]}
-    assert bench.across_text(summary).rstrip().endswith(
+    assert report.across_text(summary).rstrip().endswith(
         "Every row at the defaults, reruns included: 3 of 5 met both conditions, 1 beyond the most common answer and "
         "any answer stated in the problem; by each family's best row, 2 of 3 families met both, 1 beyond them")
     # a gain all on test problems that state their own answer is a shortcut too: named apart, and not "beyond"
     copied = run("d", met, diff_where_unstated=(0.0, 0.0, 0.0))
     skilled = run("e", met, diff_where_unstated=(0.1, 0.02, 0.2))
-    summary = bench.across_families([copied, skilled, *rows])
+    summary = report.across_families([copied, skilled, *rows])
     assert summary["stated_families"] == ["d"] and summary["constant_families"] == ["b"]
     assert summary["every_run"] == {"runs": 7, "both": 5, "beyond": 2}
     assert summary["best"]["beyond"] == ["a", "e"]
     others = [r["diff"][0] for r in (skilled, rows[0], rows[4])]  # e, a (latest), c: neither shortcut
     assert summary["mean_diff_without_constant"].value == pytest.approx(sum(others) / len(others))
     assert ("(b: no better than its most common answer given every time; d: no gain where the problem does not "
-            "state its answer)") in bench.across_text(summary)
-    assert f"({summary['mean_diff_without_constant']} without b, d)" in bench.across_text(summary)
-    only_copied = bench.across_families([copied, skilled])  # no constant-answer row: the mean without d alone
+            "state its answer)") in report.across_text(summary)
+    assert f"({summary['mean_diff_without_constant']} without b, d)" in report.across_text(summary)
+    only_copied = report.across_families([copied, skilled])  # no constant-answer row: the mean without d alone
     assert only_copied["constant_families"] == [] and only_copied["mean_diff_without_constant"].value == pytest.approx(0.2)
-    assert "(d: no gain where the problem does not state its answer)" in bench.across_text(only_copied)
+    assert "(d: no gain where the problem does not state its answer)" in report.across_text(only_copied)
 
 
-def test_the_readme_states_what_the_archive_says_across_families(bench):
-    lines = bench.across_lines(json.loads(ARCHIVE.read_text(encoding="utf-8")))
+def test_the_readme_states_what_the_archive_says_across_families(report):
+    lines = report.across_lines(json.loads(ARCHIVE.read_text(encoding="utf-8")))
     assert None in lines and all(line in (ROOT / "README.md").read_text(encoding="utf-8") for line in lines.values())
 
 
-def test_runs_at_other_training_sizes_or_epochs_are_counted_apart_on_a_line_of_their_own(bench, tmp_path):
+def test_runs_at_other_training_sizes_or_epochs_are_counted_apart_on_a_line_of_their_own(report, tmp_path):
     """Each (training problems, epochs) run gets its own line, the defaults' first, counted by what its rows
     recorded; a row's label may name only those two settings to be counted on such a line."""
     met, missed = ((0.2, 0.1, 0.3), (0.2, 0.1, 0.3)), ((0.1, 0.02, 0.2), (0.1, -0.05, 0.25))
@@ -164,18 +178,18 @@ def test_runs_at_other_training_sizes_or_epochs_are_counted_apart_on_a_line_of_t
             run("c (--refuse-copied-examples --train 48)", met, 48),  # another setting too: counted nowhere
             run("c (--train 48 --val 8)", met, 48),
             run("a", missed), run("b", missed), run("c", met)]
-    at_48 = bench.across_families(rows, setting=(48, 2))
+    at_48 = report.across_families(rows, setting=(48, 2))
     assert (at_48["families"], at_48["both"], at_48["gain"]) == (2, ["a"], ["a", "b"])
     assert at_48["every_run"] == {"runs": 3, "both": 2, "beyond": 2} and at_48["best"]["both"] == ["a", "b"]
-    at_16 = bench.across_families(rows)
+    at_16 = report.across_families(rows)
     assert (at_16["families"], at_16["both"]) == (3, ["c"]) and at_16["every_run"]["runs"] == 3
-    one_epoch = bench.across_families(rows, setting=(48, 1))
+    one_epoch = report.across_families(rows, setting=(48, 1))
     assert (one_epoch["families"], one_epoch["both"]) == (1, ["d"])
     # a row archived before the size was recorded ran the default, or what its label says
     unrecorded = [{k: v for k, v in r.items() if k != "train"} for r in rows[1:]]
-    assert [bench.train_of(r) for r in unrecorded] == [48, 48, 48, 48, 48, 16, 16, 16]  # whatever else the label says
-    assert bench.across_families(unrecorded, setting=(48, 2)) == at_48 and bench.across_families(unrecorded) == at_16
-    lines = bench.across_lines(rows)
+    assert [report.train_of(r) for r in unrecorded] == [48, 48, 48, 48, 48, 16, 16, 16]  # whatever else the label says
+    assert report.across_families(unrecorded, setting=(48, 2)) == at_48 and report.across_families(unrecorded) == at_16
+    lines = report.across_lines(rows)
     assert list(lines) == [None, (48, 2), (48, 1)]
     assert lines[None].startswith("Across 3 families, the latest 0.5B row of each at the defaults: 1 meet both")
     assert lines[(48, 2)].startswith("Across 2 families, the latest 0.5B row of each at the defaults but --train 48: "
@@ -184,97 +198,98 @@ def test_runs_at_other_training_sizes_or_epochs_are_counted_apart_on_a_line_of_t
     assert "at the defaults but --train 48 --epochs 1: 1 meet both" in lines[(48, 1)]
     # with no row at the defaults, their line says so
     nothing_yet = "No family has run at the defaults (16 training problems, 2 epochs) yet."
-    assert bench.across_lines(rows[:1])[None] == nothing_yet
+    assert report.across_lines(rows[:1])[None] == nothing_yet
 
     # archiving the first run at another setting puts its line under the defaults' line, indented alike; the next
     # rewrites it in place
     archive, readme = tmp_path / "learning_effect.json", tmp_path / "README.md"
     at_defaults = rows[6:]
     archive.write_text(json.dumps(at_defaults), encoding="utf-8")
-    table = bench.TABLE_MARK + "\n" + bench.markdown([]) + "\n"
-    readme.write_text(f"# runs\n{table}\n  - across:\n  - {bench.across_lines(at_defaults)[None]}\n  - next\n",
+    table = report.TABLE_MARK + "\n" + report.markdown([]) + "\n"
+    readme.write_text(f"# runs\n{table}\n  - across:\n  - {report.across_lines(at_defaults)[None]}\n  - next\n",
                       encoding="utf-8")  # the line as a bullet: the next goes under it, indented alike
-    bench.archive([run("b (--train 48)", met, 48, seed=1)], None, archive, readme)
-    now = bench.across_lines(json.loads(archive.read_text(encoding="utf-8")))
+    report.archive([run("b (--train 48)", met, 48, seed=1)], None, archive, readme)
+    now = report.across_lines(json.loads(archive.read_text(encoding="utf-8")))
     assert readme.read_text(encoding="utf-8").endswith(f"  - across:\n  - {now[None]}\n  {now[(48, 2)]}\n  - next\n")
-    assert now[None] == bench.across_lines(at_defaults)[None] and "1 meet both" in now[(48, 2)]
+    assert now[None] == report.across_lines(at_defaults)[None] and "1 meet both" in now[(48, 2)]
     unrecorded = {k: v for k, v in run("a (--train 48)", missed, seed=2).items() if k != "train"}
-    bench.archive([unrecorded], None, archive, readme)  # a results.json from before the size was recorded
+    report.archive([unrecorded], None, archive, readme)  # a results.json from before the size was recorded
     assert json.loads(archive.read_text(encoding="utf-8"))[0]["train"] == 48
-    later = bench.across_lines(json.loads(archive.read_text(encoding="utf-8")))
+    later = report.across_lines(json.loads(archive.read_text(encoding="utf-8")))
     assert "Across 2 families" in later[(48, 2)] and later[(48, 2)] != now[(48, 2)]
     assert readme.read_text(encoding="utf-8").endswith(
         f"  - across:\n  - {later[None]}\n  {later[(48, 2)]}\n  - next\n")
 
 
-def test_archiving_a_run_puts_it_first_in_the_archive_and_the_readmes_table_and_recounts_the_families(bench, tmp_path):
+def test_archiving_a_run_puts_it_first_in_the_archive_and_the_readmes_table_and_recounts_the_families(
+        bench, report, tmp_path):
     archive, readme = tmp_path / "learning_effect.json", tmp_path / "README.md"
     archive.write_text(ARCHIVE.read_text(encoding="utf-8"), encoding="utf-8")
     readme.write_text((ROOT / "README.md").read_text(encoding="utf-8"), encoding="utf-8")
-    before = bench.across_families(json.loads(archive.read_text(encoding="utf-8")))
-    stated = bench.across_lines(json.loads(archive.read_text(encoding="utf-8")))[None]
+    before = report.across_families(json.loads(archive.read_text(encoding="utf-8")))
+    stated = report.across_lines(json.loads(archive.read_text(encoding="utf-8")))[None]
     run = json.loads(ARCHIVE.read_text(encoding="utf-8"))[0] | {
         "family": "a_new_family", "seed": "99", "model": "qwen2.5-coder-0.5b-instruct-q4", "learner": "0.5B",
         "train": 16, "epochs": 2}  # the defaults
-    after = bench.archive([run], "shared with | a pip\ninstall", archive, readme)
+    after = report.archive([run], "shared with | a pip\ninstall", archive, readme)
 
     rows = json.loads(archive.read_text(encoding="utf-8"))
     assert rows[0] == run | {"model": "0.5B", "note": "shared with / a pip install"} and rows[1:] == json.loads(ARCHIVE.read_text(encoding="utf-8"))
     table = readme_table(readme)
-    assert table[2] == bench.markdown(rows[:1]).splitlines()[2] and table[2].endswith("shared with / a pip install |")
+    assert table[2] == report.markdown(rows[:1]).splitlines()[2] and table[2].endswith("shared with / a pip install |")
     assert table[:2] + table[3:] == readme_table()
-    assert bench.across_families(rows)["families"] == (before["families"] if before else 0) + 1
+    assert report.across_families(rows)["families"] == (before["families"] if before else 0) + 1
     text = readme.read_text(encoding="utf-8")
     assert all(line in text for line in after.splitlines()) and stated not in text
     # the same run again is refused, whatever its note; so is a README that no longer states the archive's count;
     # neither writes anything
     with pytest.raises(bench.ConfigError, match="already archived: a_new_family"):
-        bench.archive([run], "another note", archive, readme)
+        report.archive([run], "another note", archive, readme)
     readme.write_text((ROOT / "README.md").read_text(encoding="utf-8"), encoding="utf-8")
     with pytest.raises(bench.ConfigError, match="across-families line"):
-        bench.archive([run | {"seed": "100"}], None, archive, readme)
+        report.archive([run | {"seed": "100"}], None, archive, readme)
     assert json.loads(archive.read_text(encoding="utf-8")) == rows
     assert readme.read_text(encoding="utf-8") == (ROOT / "README.md").read_text(encoding="utf-8")
 
 
-def test_a_run_recorded_before_the_archive_options_or_a_later_setting_existed_still_resumes(bench):
+def test_a_run_recorded_before_the_archive_options_or_a_later_setting_existed_still_resumes(bench, cli):
     """--archive and --note say how the benchmark is invoked, not what a run is: a run's recorded settings never had
     them, and a resume must not read their absence as other settings."""
-    now = bench.settings(bench.arguments().parse_args(["--families", "gcd"]))
+    now = cli.settings(cli.arguments().parse_args(["--families", "gcd"]))
     recorded = {k: v for k, v in now.items()
                 if k not in ("archive", "note", "examples_per_answer", "refuse_copied_examples",
                              "refuse_answer_in_problem")}
-    bench.same_settings(recorded, now, "level.json")
+    cli.same_settings(recorded, now, "level.json")
     # a setting added later reads, in a run recorded before it, as the value that run had
-    capped = bench.settings(bench.arguments().parse_args(["--families", "gcd", "--examples-per-answer", "1"]))
+    capped = cli.settings(cli.arguments().parse_args(["--families", "gcd", "--examples-per-answer", "1"]))
     with pytest.raises(bench.ConfigError, match=r"other settings \(examples_per_answer\)"):
-        bench.same_settings(recorded, capped, "level.json")
-    refusing = bench.settings(bench.arguments().parse_args(["--families", "gcd", "--refuse-copied-examples"]))
+        cli.same_settings(recorded, capped, "level.json")
+    refusing = cli.settings(cli.arguments().parse_args(["--families", "gcd", "--refuse-copied-examples"]))
     with pytest.raises(bench.ConfigError, match=r"other settings \(refuse_copied_examples\)"):
-        bench.same_settings(recorded, refusing, "level.json")
-    refusing = bench.settings(bench.arguments().parse_args(["--families", "gcd", "--refuse-answer-in-problem"]))
+        cli.same_settings(recorded, refusing, "level.json")
+    refusing = cli.settings(cli.arguments().parse_args(["--families", "gcd", "--refuse-answer-in-problem"]))
     with pytest.raises(bench.ConfigError, match=r"other settings \(refuse_answer_in_problem\)"):
-        bench.same_settings(recorded, refusing, "level.json")
-    assert bench.changed_settings(refusing) == "--refuse-answer-in-problem"
+        cli.same_settings(recorded, refusing, "level.json")
+    assert cli.changed_settings(refusing) == "--refuse-answer-in-problem"
     with pytest.raises(bench.ConfigError, match=r"other settings \(seed\)"):
-        bench.same_settings(recorded | {"seed": "7"}, now, "level.json")
+        cli.same_settings(recorded | {"seed": "7"}, now, "level.json")
     # a setting since removed resumes a run recorded at the value runs without it have, and refuses one that used it
-    bench.same_settings(now | {"test_vary": "False", "vary_examples": "False"}, now, "level.json")
+    cli.same_settings(now | {"test_vary": "False", "vary_examples": "False"}, now, "level.json")
     with pytest.raises(bench.ConfigError, match=r"other settings \(vary_examples\)"):
-        bench.same_settings(now | {"test_vary": "False", "vary_examples": "True"}, now, "level.json")
+        cli.same_settings(now | {"test_vary": "False", "vary_examples": "True"}, now, "level.json")
 
 
 @pytest.mark.parametrize("name, size", [("qwen2.5-coder-0.5b-instruct-q4", "0.5B"),
                                         ("/models/qwen2.5-coder-1.5b-instruct-q4_k_m.gguf", "1.5B"),
                                         ("/models/7b/qwen2.5-coder-0.5b.gguf", "0.5B"),
                                         ("mixtral-8x7b", "mixtral-8x7b"), ("gpt-4o", "gpt-4o")])
-def test_the_archive_names_a_model_by_its_size_where_its_name_gives_one(bench, name, size):
-    assert bench.model_size(name) == size
+def test_the_archive_names_a_model_by_its_size_where_its_name_gives_one(report, name, size):
+    assert report.model_size(name) == size
 
 
-def test_the_plot_draws_every_run_once_and_stars_the_runs_of_an_earlier_rule_or_another_setting(bench, tmp_path):
+def test_the_plot_draws_every_run_once_and_stars_the_runs_of_an_earlier_rule_or_another_setting(report, tmp_path):
     rows = json.loads(ARCHIVE.read_text(encoding="utf-8"))
-    labels = bench.forest(rows, tmp_path / "effect.png")
+    labels = report.forest(rows, tmp_path / "effect.png")
     assert (tmp_path / "effect.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert len(labels) == len(rows)
     assert [label for label in labels if label.endswith(" *")] == [
@@ -348,37 +363,38 @@ def test_the_plot_draws_every_run_once_and_stars_the_runs_of_an_earlier_rule_or_
     assert (ROOT / "docs" / "learning-effect.png").is_file()
 
 
-def test_a_rows_wall_time_names_its_cpu_and_an_empty_library_has_nothing_to_prune(bench):
+def test_a_rows_wall_time_names_its_cpu_and_an_empty_library_has_nothing_to_prune(report):
     [row] = [r for r in json.loads(ARCHIVE.read_text(encoding="utf-8"))
              if r["family"] == "time_intervals" and r.get("epochs") is None]
-    assert bench.wall(row) == "36 min, AMD EPYC (AVX2), shared with an install and short runs"
-    assert bench.wall({**row, "cpu": None, "note": None}) == "36 min"
-    assert (bench.wall({**row, "epochs": 2})
+    assert report.wall(row) == "36 min, AMD EPYC (AVX2), shared with an install and short runs"
+    assert report.wall({**row, "cpu": None, "note": None}) == "36 min"
+    assert (report.wall({**row, "epochs": 2})
             == "36 min, AMD EPYC (AVX2), 2 epochs, shared with an install and short runs")
     cut = {**row, "epochs": 2, "learn_minutes": 30.0, "note": None}
-    assert (bench.wall({**cut, "learning_steps": {"run": 9, "planned": 12}})
+    assert (report.wall({**cut, "learning_steps": {"run": 9, "planned": 12}})
             == "36 min, AMD EPYC (AVX2), 2 epochs, learning cut by its 30-min limit after 9 of 12 steps")
-    assert bench.wall({**cut, "learning_steps": {"run": 12, "planned": 12}}) == "36 min, AMD EPYC (AVX2), 2 epochs"
-    assert bench.pruned({**row, "prune": None, "items": 0}) == "nothing to prune"
-    assert bench.pruned({**row, "prune": None}) == "not run"
-    assert bench.pruned(row) == "0 of 4"
+    assert report.wall({**cut, "learning_steps": {"run": 12, "planned": 12}}) == "36 min, AMD EPYC (AVX2), 2 epochs"
+    assert report.pruned({**row, "prune": None, "items": 0}) == "nothing to prune"
+    assert report.pruned({**row, "prune": None}) == "not run"
+    assert report.pruned(row) == "0 of 4"
     dropped = {"items": 6, "dropped": 2, "status": "promoted"}
-    assert bench.pruned({**row, "prune": dropped}) == "2 of 6, not tested"  # without --test-unpruned
-    assert (bench.pruned({**row, "prune": {**dropped, "test_effect": {"value": -0.034, "low": -0.092, "high": 0.022}}})
+    assert report.pruned({**row, "prune": dropped}) == "2 of 6, not tested"  # without --test-unpruned
+    assert (report.pruned({**row, "prune": {**dropped, "test_effect": {"value": -0.034, "low": -0.092, "high": 0.022}}})
             == "2 of 6, -0.034 [-0.092, +0.022]")
-    assert bench.pruned({**row, "prune": {**dropped, "status": "rejected"}}) == "2 of 6 (gate refused)"
+    assert report.pruned({**row, "prune": {**dropped, "status": "rejected"}}) == "2 of 6 (gate refused)"
 
 
-def test_the_items_cell_says_how_many_test_answers_copied_a_worked_example(bench):
+def test_the_items_cell_says_how_many_test_answers_copied_a_worked_example(report):
     [row] = [r for r in json.loads(ARCHIVE.read_text(encoding="utf-8"))
              if r["family"] == "time_intervals" and r.get("epochs") is None]
-    assert "copies" not in row and bench.same(row) == ""  # recorded since 2026-11-28
+    assert "copies" not in row and report.same(row) == ""  # recorded since 2026-11-28
     copied = {"copied": 61, "of": 96, "share": 61 / 96, "mean_reward": 0.148}
-    assert bench.same({**row, "copies": copied}) == "; 64% of its test answers copy an example (61 of 96, right 0.15)"
-    assert bench.same({**row, "copies": {**copied, "copied": 0, "share": 0.0, "mean_reward": None}}) == (
+    assert report.same({**row, "copies": copied}) == "; 64% of its test answers copy an example (61 of 96, right 0.15)"
+    assert report.same({**row, "copies": {**copied, "copied": 0, "share": 0.0, "mean_reward": None}}) == (
         "; 0% of its test answers copy an example (0 of 96)")
-    assert bench.same({**row, "copies": copied, "same_as": "none"}) == ", the none version: sampled once"
-    assert f"| {row['items']} ({row['lessons']}); 64% of its test answers copy" in bench.markdown([{**row, "copies": copied}])
+    assert report.same({**row, "copies": copied, "same_as": "none"}) == ", the none version: sampled once"
+    assert (f"| {row['items']} ({row['lessons']}); 64% of its test answers copy"
+            in report.markdown([{**row, "copies": copied}]))
 
 
 @pytest.mark.parametrize("name, flags, label", [
@@ -400,24 +416,24 @@ def test_this_machines_cpu_info_is_read_from_linux():
     assert name != "?" and "sse2" in flags
 
 
-def test_the_level_column_shows_the_probes_and_the_levels_passed_over(bench):
+def test_the_level_column_shows_the_probes_and_the_levels_passed_over(cli, report):
     aim = {"target": 0.3, "ceiling": 0.45, "problems": 16, "max_probes": 6}
     probed = {"level": 2, "probes": {"rates": {"0": 0.84, "1": 0.5, "2": 0.31}, "aim": aim, "tokens": 18201}}
-    assert bench.level_text(probed) == "2 (probe 0.84/0.50/0.31, aim 0.30; 18,201 tok)"
+    assert report.level_text(probed) == "2 (probe 0.84/0.50/0.31, aim 0.30; 18,201 tok)"
     skipped = {"level": 2, "probes": {"rates": {"2": 0.25}, "aim": aim, "tokens": 5000, "too_few": [0, 1]}}
-    assert bench.level_text(skipped) == "2 (levels 0-1: too few problems; probe level 2 0.25, aim 0.30; 5,000 tok)"
+    assert report.level_text(skipped) == "2 (levels 0-1: too few problems; probe level 2 0.25, aim 0.30; 5,000 tok)"
     skipped["probes"]["too_few"] = [3]
-    assert bench.level_text(skipped).startswith("2 (level 3: too few problems; probe level 2 0.25")
+    assert report.level_text(skipped).startswith("2 (level 3: too few problems; probe level 2 0.25")
     below = {"level": -1, "probes": {"rates": {"0": 0.0, "-1": 0.06}, "aim": {**aim, "floor": 0.05}, "tokens": 9000}}
-    assert bench.level_text(below) == "-1 (probe level 0 0.00, level -1 0.06, aim 0.30; 9,000 tok)"
-    assert bench.level_span([0, 1, 2, 3, 4]) == "levels 0-4" and bench.level_span([0, 2]) == "levels 0, 2"
-    assert bench.arguments().parse_args(["--level", "-2"]).level == "-2"
+    assert report.level_text(below) == "-1 (probe level 0 0.00, level -1 0.06, aim 0.30; 9,000 tok)"
+    assert report.level_span([0, 1, 2, 3, 4]) == "levels 0-4" and report.level_span([0, 2]) == "levels 0, 2"
+    assert cli.arguments().parse_args(["--level", "-2"]).level == "-2"
     with pytest.raises(SystemExit):
-        bench.arguments().parse_args(["--level", "-3"])
-    assert bench.level_text({"level": 1}) == "1" and bench.level_text({}) == "default"
+        cli.arguments().parse_args(["--level", "-3"])
+    assert report.level_text({"level": 1}) == "1" and report.level_text({}) == "default"
 
 
-def test_the_screen_probes_each_familys_easiest_level_that_fills_the_splits(bench, tmp_path, monkeypatch):
+def test_the_screen_probes_each_familys_easiest_level_that_fills_the_splits(bench, cli, tmp_path, monkeypatch):
     """`--screen`: solved, mean reward and cut-off share per family, from the model's own answers, no library;
     coin_flip's levels 0-4 make too few distinct problems for the splits, so its screen starts at level 5."""
     import argparse
@@ -430,7 +446,7 @@ def test_the_screen_probes_each_familys_easiest_level_that_fills_the_splits(benc
                               seed=3, train=16, val=6, test=24, level_aim="band")
     seed = bench.SPLIT_SEED * args.seed + bench.SCREEN_OFFSET
     gold = {r["problem"]: r["answer"] for family, level in (("leg_counting", 0), ("coin_flip", 5))
-            for r in task_levels.rows(family, bench.SCREEN_PROBLEMS, seed, level)}
+            for r in task_levels.rows(family, cli.SCREEN_PROBLEMS, seed, level)}
     backends = iter([ScriptedBackend(gold, skill=1.0)])
 
     async def fake_backend(config):
@@ -446,7 +462,7 @@ def test_the_screen_probes_each_familys_easiest_level_that_fills_the_splits(benc
     assert [f for f in json.loads((tmp_path / "screen.json").read_text()) if "error" not in f] == found
 
 
-def test_a_row_records_the_epochs_its_run_learned_for(bench):
+def test_a_row_records_the_epochs_its_run_learned_for(report):
     """The benchmark's default moved from 1 epoch to 2: a row says which it ran, from the settings in its
     comparison.json (a run recorded before the setting existed ran 1)."""
     metric = {"value": 0.25, "low": 0.1, "high": 0.4}
@@ -456,16 +472,16 @@ def test_a_row_records_the_epochs_its_run_learned_for(bench):
     comparison = {"family": "chain_sum", "settings": {"seed": "3", "epochs": "2"}, "model": "m", "problems": 24,
                   "samples": 4, "arms": [arm("none", 0), arm("learned", 1)], "library": [{"kind": "example"}],
                   "extra_prompt_tokens_per_call": {"learned": 40}, "wall_s": 600, "cpu": "AMD EPYC (AVX2)"}
-    row = bench.row(comparison)
+    row = report.row(comparison)
     assert (row["epochs"], row["items"], row["lessons"]) == (2, 1, 0)
-    assert bench.row({**comparison, "settings": {"seed": "3"}})["epochs"] == 1
+    assert report.row({**comparison, "settings": {"seed": "3"}})["epochs"] == 1
     # an extra test arm's item count is kept beside its comparison (the report leaves out an arm that held none)
     assert row["arm_items"] is None
     cut = {**comparison, "arms": [*comparison["arms"], arm("learned, first 16 problems", 0)]}
-    assert bench.row(cut)["arm_items"] == {"learned, first 16 problems": 0}
+    assert report.row(cut)["arm_items"] == {"learned, first 16 problems": 0}
 
 
-def test_a_run_off_the_methods_defaults_names_them_and_stays_out_of_the_count(bench):
+def test_a_run_off_the_methods_defaults_names_them_and_stays_out_of_the_count(cli, report):
     """An A/B arm such as `--refuse-copied-examples` is archived beside the family's runs at the defaults; its row
     says what it changed, read from its recorded settings, and the count across families passes over it. What a run
     is on (seed, level, engine) changes nothing; a setting added after a run was recorded reads as that run had it."""
@@ -473,41 +489,41 @@ def test_a_run_off_the_methods_defaults_names_them_and_stays_out_of_the_count(be
     arm = lambda name: {"name": name, "library_items": 1, "tokens": {"learning": 100},  # noqa: E731
                         "metrics": {"mean_at_k": metric, "majority": metric}, "mean_vs_baseline": metric,
                         "majority_vs_baseline": metric, "mean_vs_baseline_majority": metric}
-    at_defaults = bench.settings(bench.arguments().parse_args(["--seed", "53", "--level", "0", "--model", "m"]))
+    at_defaults = cli.settings(cli.arguments().parse_args(["--seed", "53", "--level", "0", "--model", "m"]))
     comparison = {"family": "color_cube_rotation", "settings": at_defaults, "model": "0.5B", "problems": 24,
                   "samples": 4, "arms": [arm("none"), arm("learned")], "library": [{"kind": "example"}],
                   "extra_prompt_tokens_per_call": {"learned": 40}, "wall_s": 600, "cpu": "AMD EPYC (AVX2)"}
-    plain = bench.row(comparison)
+    plain = report.row(comparison)
     assert plain["family"] == "color_cube_rotation"
-    recorded_before = {k: v for k, v in at_defaults.items() if k not in bench.LATER_SETTINGS}
-    assert bench.row({**comparison, "settings": recorded_before})["family"] == "color_cube_rotation"
+    recorded_before = {k: v for k, v in at_defaults.items() if k not in cli.LATER_SETTINGS}
+    assert report.row({**comparison, "settings": recorded_before})["family"] == "color_cube_rotation"
     changed = {**at_defaults, "refuse_copied_examples": "True", "examples_per_answer": "1", "prune": "False",
                "k": "8"}
-    arm_b = bench.row({**comparison, "settings": changed})
+    arm_b = report.row({**comparison, "settings": changed})
     assert arm_b["family"] == "color_cube_rotation (--examples-per-answer 1 -k 8 --no-prune --refuse-copied-examples)"
-    summary = bench.across_families([arm_b, {**plain, "diff": (0.0, 0.0, 0.0), "items": 0}])
+    summary = report.across_families([arm_b, {**plain, "diff": (0.0, 0.0, 0.0), "items": 0}])
     assert summary["families"] == 1 and summary["empty"] == ["color_cube_rotation"]
-    assert bench.across_families([arm_b]) is None
-    larger = bench.row({**comparison, "settings": {**at_defaults, "train": "48"}})
+    assert report.across_families([arm_b]) is None
+    larger = report.row({**comparison, "settings": {**at_defaults, "train": "48"}})
     assert (plain["train"], larger["train"], larger["family"]) == (16, 48, "color_cube_rotation (--train 48)")
-    assert bench.across_families([larger, arm_b], setting=(48, 2))["families"] == 1
-    assert bench.across_families([larger]) is None
+    assert report.across_families([larger, arm_b], setting=(48, 2))["families"] == 1
+    assert report.across_families([larger]) is None
     # the learning time limit caps the machine's time, not the method: a row without one, or with another, is
     # counted with the others (where the limit cut learning short, its wall cell says so)
     for minutes in ("None", "45.0"):
-        assert bench.row({**comparison, "settings": {**at_defaults, "learn_minutes": minutes}})["family"] == (
+        assert report.row({**comparison, "settings": {**at_defaults, "learn_minutes": minutes}})["family"] == (
             "color_cube_rotation")
 
 
-def test_archive_takes_a_familys_comparison_json_and_makes_its_row_under_todays_defaults(bench, tmp_path,
-                                                                                          monkeypatch):
+def test_archive_takes_a_familys_comparison_json_and_makes_its_row_under_todays_defaults(
+        bench, cli, report, tmp_path, monkeypatch):
     """A run's results.json holds its row as the code of its day labelled it; its comparison.json keeps the
     settings, so `--archive` on it makes the row again under today's defaults, label and count."""
     metric = {"value": 0.25, "low": 0.1, "high": 0.4}
     arm = lambda name: {"name": name, "library_items": 1, "tokens": {"learning": 100},  # noqa: E731
                         "metrics": {"mean_at_k": metric, "majority": metric}, "mean_vs_baseline": metric,
                         "majority_vs_baseline": metric, "mean_vs_baseline_majority": metric}
-    recorded = bench.settings(bench.arguments().parse_args(["--seed", "73", "--train", "48", "--epochs", "1"]))
+    recorded = cli.settings(cli.arguments().parse_args(["--seed", "73", "--train", "48", "--epochs", "1"]))
     comparison = {"family": "simple_equations", "settings": recorded, "model": "0.5B", "problems": 24, "samples": 4,
                   "arms": [arm("none"), arm("learned")], "library": [{"kind": "example"}],
                   "extra_prompt_tokens_per_call": {"learned": 40}, "wall_s": 600, "cpu": "AMD EPYC (AVX2)"}
@@ -518,9 +534,9 @@ def test_archive_takes_a_familys_comparison_json_and_makes_its_row_under_todays_
     monkeypatch.setattr(sys, "argv", ["learning_effect.py", "--archive", str(path), "--note", "alone"])
     bench.main()
     [(runs, note)] = archived
-    assert runs == [bench.row(comparison)] and note == "alone"
+    assert runs == [report.row(comparison)] and note == "alone"
     assert [r["family"] for r in runs] == ["simple_equations (--epochs 1 --train 48)"]
-    assert bench.across_families(runs, setting=(48, 1))["families"] == 1 and bench.across_families(runs) is None
+    assert report.across_families(runs, setting=(48, 1))["families"] == 1 and report.across_families(runs) is None
 
 
 def test_the_unpruned_library_is_tested_only_when_asked_and_only_where_pruning_dropped_items(bench, tmp_path):
@@ -541,7 +557,7 @@ def test_the_unpruned_library_is_tested_only_when_asked_and_only_where_pruning_d
     assert names(bench.compared_arms(store, after, 900, None, with_unpruned=True)) == both
 
 
-def test_the_learned_library_shown_more_examples_is_one_more_arm_with_its_budget_scaled(bench, tmp_path):
+def test_the_learned_library_shown_more_examples_is_one_more_arm_with_its_budget_scaled(bench, cli, tmp_path):
     from gym_tf.library import Experience, LibraryVersion, Provenance, RenderPolicy, select_items
     from gym_tf.store import RunStore
 
@@ -564,10 +580,10 @@ def test_the_learned_library_shown_more_examples_is_one_more_arm_with_its_budget
     two = LibraryVersion(items=examples[:2], next_number=3, policy=learned.policy)
     assert len(bench.compared_arms(store, two, 900, None, with_unpruned=False, examples=4)) == 2
     with pytest.raises(SystemExit):
-        bench.arguments().parse_args(["--test-examples", "-1"])
+        cli.arguments().parse_args(["--test-examples", "-1"])
 
 
-def test_the_library_from_the_first_training_problems_keeps_only_what_they_taught(bench, tmp_path):
+def test_the_library_from_the_first_training_problems_keeps_only_what_they_taught(bench, cli, tmp_path):
     from gym_tf.library import Experience, LibraryVersion, Provenance, RenderPolicy
     from gym_tf.store import RunStore
 
@@ -589,11 +605,11 @@ def test_the_library_from_the_first_training_problems_keeps_only_what_they_taugh
     assert names(learned, ["p1", "p2", "p3"]) == ["none", "learned", "learned, first 3 problems"]
     recorded = LibraryVersion(items=learned.items[:4], next_number=5, policy=learned.policy)  # each names its problems
     assert names(recorded, ["p1", "p2", "p5"]) == names(learned, ["p9"]) == names(learned, None) == ["none", "learned"]
-    with_arm = bench.settings(bench.arguments().parse_args(["--test-first", "16", "--train", "48"]))
-    assert bench.changed_settings(with_arm) == "--train 48"
+    with_arm = cli.settings(cli.arguments().parse_args(["--test-first", "16", "--train", "48"]))
+    assert cli.changed_settings(with_arm) == "--train 48"
 
 
-def test_the_library_held_after_each_earlier_epoch_is_one_more_arm_where_it_differs(bench, tmp_path):
+def test_the_library_held_after_each_earlier_epoch_is_one_more_arm_where_it_differs(bench, cli, tmp_path):
     from types import SimpleNamespace
 
     from gym_tf.library import Experience, LibraryVersion, Provenance
@@ -625,11 +641,11 @@ def test_the_library_held_after_each_earlier_epoch_is_one_more_arm_where_it_diff
                                          ("learned, after epoch 1", after_first.id)]
     # an epoch that ended on the learned library, or on an empty one, is another arm's prompts: no arm
     assert arms({1: learned.id}) == arms({1: empty}) == arms(None) == [("none", empty), ("learned", learned.id)]
-    with_arm = bench.settings(bench.arguments().parse_args(["--test-epochs", "--epochs", "3"]))
-    assert bench.changed_settings(with_arm) == "--epochs 3"
+    with_arm = cli.settings(cli.arguments().parse_args(["--test-epochs", "--epochs", "3"]))
+    assert cli.changed_settings(with_arm) == "--epochs 3"
 
 
-def test_each_extra_arm_is_set_against_the_learned_one_and_keeps_its_row_at_the_defaults(bench):
+def test_each_extra_arm_is_set_against_the_learned_one_and_keeps_its_row_at_the_defaults(bench, cli):
     from types import SimpleNamespace
 
     report = lambda means, votes: SimpleNamespace(per_problem_mean=lambda: means,  # noqa: E731
@@ -652,27 +668,27 @@ def test_each_extra_arm_is_set_against_the_learned_one_and_keeps_its_row_at_the_
     direct = paired_difference([0.5, 0.25], [0.75, 0.0], seed=3)
     assert effect["test_effect"] == pytest.approx({"value": direct.value, "low": direct.low, "high": direct.high})
     assert (effect["items"], effect["dropped"]) == (2, 1) and "test_effect" not in bench.prune_effect(step, found)
-    with_arms = bench.settings(bench.arguments().parse_args(["--test-examples", "4", "--test-unpruned"]))
-    assert bench.changed_settings(with_arms) == ""
-    assert bench.changed_settings({**with_arms, "examples": "4"}) == "--examples 4"
+    with_arms = cli.settings(cli.arguments().parse_args(["--test-examples", "4", "--test-unpruned"]))
+    assert cli.changed_settings(with_arms) == ""
+    assert cli.changed_settings({**with_arms, "examples": "4"}) == "--examples 4"
 
 
-def test_the_report_sets_the_library_against_each_extra_arm_in_the_librarys_favour(bench):
+def test_the_report_sets_the_library_against_each_extra_arm_in_the_librarys_favour(bench, report):
     """The archive keeps each extra arm minus the library; the report turns it round (a positive figure is the
     library's), and leaves out an arm that held no item (the empty library sampled twice)."""
     from types import SimpleNamespace
 
-    report = lambda means, votes: SimpleNamespace(per_problem_mean=lambda: means,  # noqa: E731
+    scored = lambda means, votes: SimpleNamespace(per_problem_mean=lambda: means,  # noqa: E731
                                                   per_problem_majority=lambda: votes)
-    arms = [SimpleNamespace(name="none", report=report([0.0, 0.0], [0.0, 0.0])),
-            SimpleNamespace(name="learned", report=report([0.5, 0.25], [1.0, 0.0])),
-            SimpleNamespace(name="learned, first 16 problems", report=report([0.25, 0.25], [0.0, 0.0]))]
+    arms = [SimpleNamespace(name="none", report=scored([0.0, 0.0], [0.0, 0.0])),
+            SimpleNamespace(name="learned", report=scored([0.5, 0.25], [1.0, 0.0])),
+            SimpleNamespace(name="learned, first 16 problems", report=scored([0.25, 0.25], [0.0, 0.0]))]
     kept = bench.against_learned(SimpleNamespace(arms=arms, seed=3))["learned, first 16 problems"]
     row = {"family": "aiw (--train 48)", "seed": "66", "against_learned": {"learned, first 16 problems": kept},
            "arm_items": {"learned, first 16 problems": 4}}
     empty = {**row, "seed": "67", "arm_items": {"learned, first 16 problems": 0}}
     older = {key: value for key, value in row.items() if key != "arm_items"}  # archived before the count
-    lines = bench.against_arms_lines([row, empty, older, {"family": "gcd", "seed": "1", "against_learned": None}])
+    lines = report.against_arms_lines([row, empty, older, {"family": "gcd", "seed": "1", "against_learned": None}])
     assert len(lines) == 2 and lines[0] == lines[1]
     # the arm's bounds -0.25 and 0 (of 2 problems, the library up 0.25 on one), turned round: 0 prints +0.000
     assert (kept["mean"]["low"], kept["mean"]["high"]) == (-0.25, 0.0)
@@ -696,8 +712,8 @@ class CrashingBackend:
 
 
 @pytest.mark.parametrize("stop", ["learning", "testing"])
-def test_a_stopped_benchmark_resumes_where_it_stopped_and_ends_as_an_uninterrupted_one(bench, tmp_path, monkeypatch,
-                                                                                        stop):
+def test_a_stopped_benchmark_resumes_where_it_stopped_and_ends_as_an_uninterrupted_one(
+        bench, cli, tmp_path, monkeypatch, stop):
     """`--resume`: the family's optimize run goes on from its last committed step (nothing stored is sampled
     again), the row comes out as an uninterrupted run's, the wall time goes on from the stopped process's, a
     finished family is read back without a call, and a resume with other settings is refused by name. Stopped in
@@ -720,7 +736,7 @@ def test_a_stopped_benchmark_resumes_where_it_stopped_and_ends_as_an_uninterrupt
 
     def run(out, backend, *more):
         backends.append(backend)
-        args = bench.arguments().parse_args([*base, "--out", str(tmp_path / out), *more])
+        args = cli.arguments().parse_args([*base, "--out", str(tmp_path / out), *more])
         return asyncio.run(bench.one_family("quickstart", args, args.out))
 
     clean = ScriptedBackend(gold)
@@ -768,8 +784,8 @@ def test_a_stopped_benchmark_resumes_where_it_stopped_and_ends_as_an_uninterrupt
         run("stopped", ScriptedBackend(gold), "--resume", "-k", "4")
 
 
-def test_a_new_run_in_a_finished_familys_folder_is_not_read_back_as_that_run_by_a_resume(bench, tmp_path,
-                                                                                          monkeypatch):
+def test_a_new_run_in_a_finished_familys_folder_is_not_read_back_as_that_run_by_a_resume(
+        bench, cli, tmp_path, monkeypatch):
     """A new run (no `--resume`) in a folder whose run finished, stopped before its own row: its resume must go on
     from what it stored, not return the finished run's row from the old comparison.json."""
     import asyncio
@@ -787,7 +803,7 @@ def test_a_new_run_in_a_finished_familys_folder_is_not_read_back_as_that_run_by_
 
     def run(backend, *more):
         backends.append(backend)
-        args = bench.arguments().parse_args(["--families", "quickstart", "--epochs", "1", "-k", "2",
+        args = cli.arguments().parse_args(["--families", "quickstart", "--epochs", "1", "-k", "2",
                                              "--val-samples", "1", "--out", str(tmp_path), *more])
         return asyncio.run(bench.one_family("quickstart", args, args.out))
 
@@ -802,8 +818,8 @@ def test_a_new_run_in_a_finished_familys_folder_is_not_read_back_as_that_run_by_
     assert any(c["stage"] == "solve" for c in resumed.calls) and comparison.exists()
 
 
-def test_the_learning_time_limit_reaches_the_optimizer_and_the_row_says_where_it_cut_learning(bench, tmp_path,
-                                                                                             monkeypatch):
+def test_the_learning_time_limit_reaches_the_optimizer_and_the_row_says_where_it_cut_learning(
+        bench, cli, report, tmp_path, monkeypatch):
     """`--learn-minutes`: the optimizer starts no learning step past it, the prune step still ends the run, and the
     family's comparison.json and row record the steps run against those planned. The clock moves a second per
     model call."""
@@ -828,7 +844,7 @@ def test_the_learning_time_limit_reaches_the_optimizer_and_the_row_says_where_it
         return Timed(gold)
 
     monkeypatch.setattr(bench, "make_backend", fake_backend)
-    args = bench.arguments().parse_args(["--families", "quickstart", "-k", "2", "--val-samples", "1",
+    args = cli.arguments().parse_args(["--families", "quickstart", "-k", "2", "--val-samples", "1",
                                          "--learn-minutes", "0.5", "--out", str(tmp_path)])  # its 16 problems
     row = asyncio.run(bench.one_family("quickstart", args, args.out))
     steps = RunStore(tmp_path / "quickstart" / "ws").steps(RunStore(tmp_path / "quickstart" / "ws").runs()[0]["id"])
@@ -840,7 +856,7 @@ def test_the_learning_time_limit_reaches_the_optimizer_and_the_row_says_where_it
     assert comparison["learning_steps"] == {"run": len(learning), "planned": 4}
     assert comparison["settings"]["learn_minutes"] == "0.5" and row["learn_minutes"] == 0.5
     assert row["family"] == "quickstart (-k 2 --val-samples 1)"  # the limit is not in the label
-    assert f"learning cut by its 0.5-min limit after {len(learning)} of 4 steps" in bench.wall(row)
+    assert f"learning cut by its 0.5-min limit after {len(learning)} of 4 steps" in report.wall(row)
 
 
 def test_a_family_that_cannot_be_made_is_reported_and_the_other_families_still_run(bench, tmp_path, monkeypatch,
@@ -869,7 +885,7 @@ def test_a_family_that_cannot_be_made_is_reported_and_the_other_families_still_r
             == ["quickstart (--epochs 1 -k 2 --val-samples 1)"])
 
 
-def test_a_resumed_run_tests_the_splits_it_started_on_and_a_new_run_draws_them(bench, tmp_path, monkeypatch):
+def test_a_resumed_run_tests_the_splits_it_started_on_and_a_new_run_draws_them(bench, cli, tmp_path, monkeypatch):
     """A resume read the splits again from the generator and overwrote the stopped run's files; where the generator
     made other problems in the new process (isomorphic_strings did), the run's own training set was lost and the
     resume refused. The files a run started on are kept, and a new run in the folder removes them first."""
@@ -884,13 +900,13 @@ def test_a_resumed_run_tests_the_splits_it_started_on_and_a_new_run_draws_them(b
     monkeypatch.setattr(task_levels, "split", lambda *_, **__: drawn)
     read = lambda paths: [json.loads(path.read_text())["problem"] for path in paths]  # noqa: E731
 
-    resumed = bench.arguments().parse_args(["--families", "chain_sum", "--resume"])
+    resumed = cli.arguments().parse_args(["--families", "chain_sum", "--resume"])
     *paths, reward = bench.splits("chain_sum", resumed, tmp_path, 0)
     assert read(paths) == ["started train", "started val", "started test"] and reward == task_levels.REWARD
     (tmp_path / "test.jsonl").unlink()  # stopped before its splits were all written: drawn again, as a new run
     assert read(bench.splits("chain_sum", resumed, tmp_path, 0)[:3]) == ["drawn train", "drawn val", "drawn test"]
     task_levels.write_rows(started["train"], tmp_path / "train.jsonl")
-    new_run = bench.arguments().parse_args(["--families", "chain_sum"])
+    new_run = cli.arguments().parse_args(["--families", "chain_sum"])
     assert read(bench.splits("chain_sum", new_run, tmp_path, 0)[:3]) == ["drawn train", "drawn val", "drawn test"]
 
     async def stopped_while_probing(*_):
@@ -914,7 +930,7 @@ def test_a_resumed_run_tests_the_splits_it_started_on_and_a_new_run_draws_them(b
     assert not any(path.exists() for path in bench.run_files(folder))  # so no resume can take the old ones
 
 
-def test_a_resumed_run_keeps_the_level_its_probes_chose(bench, tmp_path, monkeypatch):
+def test_a_resumed_run_keeps_the_level_its_probes_chose(bench, cli, tmp_path, monkeypatch):
     """The probes of one level can read 0.41 in one run and 0.66 in the next: a resume must not probe again, or it
     could draw other splits than the run it continues."""
     import asyncio
@@ -931,13 +947,13 @@ def test_a_resumed_run_keeps_the_level_its_probes_chose(bench, tmp_path, monkeyp
     async def no_probe(*_):
         raise AssertionError("probed again")
 
-    args = bench.arguments().parse_args(["--families", "chain_sum"])
+    args = cli.arguments().parse_args(["--families", "chain_sum"])
     monkeypatch.setattr(bench, "pick_level", probe)
     assert asyncio.run(bench.chosen_level("chain_sum", args, None, tmp_path, None)) == (2, chosen)
     monkeypatch.setattr(bench, "pick_level", no_probe)
-    resumed = bench.arguments().parse_args(["--families", "chain_sum", "--resume"])
+    resumed = cli.arguments().parse_args(["--families", "chain_sum", "--resume"])
     assert asyncio.run(bench.chosen_level("chain_sum", resumed, None, tmp_path, None)) == (2, chosen)
-    other_seed = bench.arguments().parse_args(["--families", "chain_sum", "--resume", "--seed", "4"])
+    other_seed = cli.arguments().parse_args(["--families", "chain_sum", "--resume", "--seed", "4"])
     with pytest.raises(ConfigError, match=r"level.json was made with other settings \(seed\)"):
         asyncio.run(bench.chosen_level("chain_sum", other_seed, None, tmp_path, None))
 
@@ -950,16 +966,16 @@ def test_a_resumed_run_keeps_the_level_its_probes_chose(bench, tmp_path, monkeyp
     ("3", {0: 0.5}, 0, 3),
     ("0", {0: 0.0}, 0, 0),
 ])
-def test_the_model_is_told_answers_where_its_probe_solved_almost_nothing(bench, given, rates, level, told):
+def test_the_model_is_told_answers_where_its_probe_solved_almost_nothing(cli, given, rates, level, told):
     from gym_tf import task_levels
 
-    args = bench.arguments().parse_args(["--hinted-examples", given])
+    args = cli.arguments().parse_args(["--hinted-examples", given])
     calibration = task_levels.Calibration(level, rates, 0, task_levels.AIM, ()) if rates else None
-    assert bench.hinted_examples(args, calibration) == told
-    assert bench.changed_settings(bench.settings(args)) == ("" if given == "0" else f"--hinted-examples {given}")
+    assert cli.hinted_examples(args, calibration) == told
+    assert cli.changed_settings(cli.settings(args)) == ("" if given == "0" else f"--hinted-examples {given}")
     # runs recorded before the setting existed count at the defaults
-    recorded = {k: v for k, v in bench.settings(bench.arguments().parse_args([])).items() if k != "hinted_examples"}
-    assert bench.changed_settings(recorded) == ""
+    recorded = {k: v for k, v in cli.settings(cli.arguments().parse_args([])).items() if k != "hinted_examples"}
+    assert cli.changed_settings(recorded) == ""
 
 
 @pytest.mark.parametrize(("flag", "given", "rates", "level", "on"), [
@@ -971,17 +987,17 @@ def test_the_model_is_told_answers_where_its_probe_solved_almost_nothing(bench, 
     ("--labeled-examples", "on", {0: 0.5}, 0, True),
     ("--examples-as-turns", "off", {0: 0.0}, 0, False),
 ])
-def test_labels_and_turns_switch_on_where_the_probe_solved_almost_nothing(bench, flag, given, rates, level, on):
+def test_labels_and_turns_switch_on_where_the_probe_solved_almost_nothing(cli, flag, given, rates, level, on):
     from gym_tf import task_levels
 
-    args = bench.arguments().parse_args([flag, given])
+    args = cli.arguments().parse_args([flag, given])
     calibration = task_levels.Calibration(level, rates, 0, task_levels.AIM, ()) if rates else None
-    assert bench.switched_on(getattr(args, flag[2:].replace("-", "_")), calibration) is on
-    assert bench.changed_settings(bench.settings(args)) == ("" if given == "auto" else f"{flag} {given}")
+    assert cli.switched_on(getattr(args, flag[2:].replace("-", "_")), calibration) is on
+    assert cli.changed_settings(cli.settings(args)) == ("" if given == "auto" else f"{flag} {given}")
     # `auto` is the default since 2026-12-06; runs recorded before the settings existed ran both off
-    recorded = {k: v for k, v in bench.settings(bench.arguments().parse_args([])).items()
+    recorded = {k: v for k, v in cli.settings(cli.arguments().parse_args([])).items()
                 if k not in ("labeled_examples", "examples_as_turns")}
-    assert bench.changed_settings(recorded) == "--examples-as-turns off --labeled-examples off"
+    assert cli.changed_settings(recorded) == "--examples-as-turns off --labeled-examples off"
 
 
 @pytest.mark.parametrize(("rate", "recorded", "ran", "label"), [
@@ -995,27 +1011,27 @@ def test_labels_and_turns_switch_on_where_the_probe_solved_almost_nothing(bench,
 ])
 @pytest.mark.parametrize("keys", [str, int])  # comparison.json's keys, and the run's own before it is written
 @pytest.mark.parametrize("aim", [{"target": 0.3, "floor": 0.05}, {"target": 0.3}])  # no floor: before 2026-12-02
-def test_a_row_names_the_turn_options_only_where_auto_would_have_run_otherwise(bench, rate, recorded, ran, label,
-                                                                                keys, aim):
+def test_a_row_names_the_turn_options_only_where_auto_would_have_run_otherwise(
+        cli, report, rate, recorded, ran, label, keys, aim):
     metric = {"value": 0.25, "low": 0.1, "high": 0.4}
     arm = lambda name: {"name": name, "library_items": 1, "tokens": {"learning": 100},  # noqa: E731
                         "metrics": {"mean_at_k": metric, "majority": metric}, "mean_vs_baseline": metric,
                         "majority_vs_baseline": metric, "mean_vs_baseline_majority": metric}
-    settings = {k: v for k, v in bench.settings(bench.arguments().parse_args(["--seed", "7"])).items()
-                if k not in bench.AUTO_SWITCHES} | ({k: recorded for k in bench.AUTO_SWITCHES} if recorded else {})
+    settings = {k: v for k, v in cli.settings(cli.arguments().parse_args(["--seed", "7"])).items()
+                if k not in cli.AUTO_SWITCHES} | ({k: recorded for k in cli.AUTO_SWITCHES} if recorded else {})
     comparison = {"family": "gcd", "settings": settings, "model": "0.5B", "problems": 24, "samples": 4,
                   "arms": [arm("none"), arm("learned")], "library": [{"kind": "example"}],
                   "extra_prompt_tokens_per_call": {"learned": 40}, "wall_s": 600, "cpu": "AMD EPYC (AVX2)",
                   "level": 0, "probes": rate is not None and {"level": 0, "rates": {keys(0): rate}, "tokens": 1000,
                                                               "aim": aim, "too_few": []} or None,
                   "labeled_examples": ran, "examples_as_turns": ran}
-    assert bench.row(comparison)["family"] == label
+    assert report.row(comparison)["family"] == label
 
 
 @pytest.mark.parametrize("text", ["-1", "17", "two", ""])
-def test_a_number_of_told_answers_outside_0_to_16_is_refused(bench, text):
+def test_a_number_of_told_answers_outside_0_to_16_is_refused(cli, text):
     with pytest.raises(SystemExit):
-        bench.arguments().parse_args(["--hinted-examples", text])
+        cli.arguments().parse_args(["--hinted-examples", text])
 
 
 def test_test_groups_kept_for_a_resume_drop_a_line_cut_by_the_stop_and_a_new_run_removes_them(bench, tmp_path):
