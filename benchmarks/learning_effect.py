@@ -269,10 +269,9 @@ async def one_family(family: str, args: argparse.Namespace, out: Path) -> dict:
             print(f"{family}: {note}", file=sys.stderr, flush=True)
         learning = sum(u["prompt"] + u["completion"] for u in store.usage(result.run_id).values())
         problems = load_dataset(str(test))
-        done: dict[str, int] = {}
 
         def tested(arm, problem, group):
-            done[arm] = done.get(arm, 0) + 1
+            done[arm] += 1
             with (folder / TESTED).open("a", encoding="utf-8") as f:
                 f.write(json.dumps([dataclasses.asdict(r) for r in group]) + "\n")
             print(f"[{clock.save():6.0f}s] {family}: test {arm} {done[arm]}/{len(problems)}",
@@ -285,6 +284,9 @@ async def one_family(family: str, args: argparse.Namespace, out: Path) -> dict:
         ends = epoch_ends(store, result.run_id) if args.test_epochs else None
         arms = compared_arms(store, result.library, learning, prune, args.test_unpruned, args.test_examples, first,
                              ends)
+        # a resumed run counts on from the groups the stopped one scored (read back, not sampled again)
+        done = {name: sum(len(group) == args.k for group in kept.get(library.id, {}).values())
+                for name, library, _ in arms}
         comparison = await compare(backend, problems, load_reward(reward), args.k, config.rollout.sampling(), arms,
                                    seed=args.seed + 7, on_group=tested, stored=kept)
     finally:
