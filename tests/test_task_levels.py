@@ -82,6 +82,25 @@ def test_levels_below_0_are_easier_than_the_curriculum_and_their_problems_follow
         task_levels.level_config("number_sorting", -3)
 
 
+def test_a_generator_that_never_ends_below_level_0_keeps_level_0s_value(monkeypatch):
+    """puzzle24 draws numbers until four of them make 24: at level -1 (numbers 1 to 2) none can, and its generator
+    looped without end inside the benchmark's probe (2026-12-07). The trial of that value now stops at its limit and
+    the value is refused: level -1 is level 0, which the probe then passes over as nothing new."""
+    import threading
+
+    monkeypatch.setattr(task_levels, "TRIAL_SECONDS", 5.0)
+    found = {}
+    trying = threading.Thread(target=lambda: found.update(config=task_levels.level_config("puzzle24", -1)),
+                              daemon=True)  # without the limit it never returns: the test fails, not hangs
+    trying.start()
+    trying.join(timeout=60)
+    assert not trying.is_alive(), "level_config('puzzle24', -1) ran past 60 s"
+    level0 = task_levels.level_config("puzzle24", 0)
+    assert found["config"] == level0 and (level0["min_value"], level0["max_value"]) == (1, 5)
+    assert task_levels.generates("puzzle24", level0)
+    assert not task_levels.generates("puzzle24", {**level0, "max_value": 2})
+
+
 @pytest.mark.parametrize("value, first, second, depth, easier", [
     (10, 10, 100, 2, 1),
     (100, 10, 100, 1, 32),
