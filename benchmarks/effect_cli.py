@@ -18,7 +18,7 @@ HINTED_ANSWERS = 2  # `--hinted-examples auto`: answers told the reference answe
 # the training-set size of every run before --train was varied (and the default still): rows that did not record
 # their size ran it, unless their label names another
 FIRST_TRAIN = 16
-LEARN_MINUTES = 30.0  # the default learning time limit since 2026-11-30 (see the module's docstring)
+LEARN_MINUTES = 30.0  # the default learning time limit since 2026-11-30 (learning_effect.py says why)
 # how the benchmark is invoked, not what a family's run is (and the API key, which no file keeps)
 NOT_SETTINGS = frozenset({"resume", "out", "report", "plot", "screen", "archive", "note", "families", "api_key"})
 # settings added after runs were recorded, with the value those runs had

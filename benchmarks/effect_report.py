@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 
 from benchmarks.effect_cli import (AUTO_SWITCHES, FIRST_TRAIN, LATER_SETTINGS, arguments, changed_settings,
-                                       minutes_arg)
+                                   minutes_arg)
 from gym_tf import task_levels
 from gym_tf.errors import ConfigError
 from gym_tf.metrics import bootstrap

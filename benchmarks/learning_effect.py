@@ -72,9 +72,9 @@ from gym_tf.rollouts import Rollout  # noqa: E402
 from gym_tf.store import RunStore  # noqa: E402
 from gym_tf import task_levels  # noqa: E402
 from benchmarks.effect_cli import (AIMS, SCREEN_PROBLEMS, arguments, hinted_examples, same_settings,  # noqa: E402
-                                       settings, switched_on)
+                                   settings, switched_on)
 from benchmarks.effect_report import (against_arms_lines, across_lines, archive, forest, markdown,  # noqa: E402
-                                     report_rows, row)
+                                      report_rows, row)
 from rewards import load_reward  # noqa: E402
 
 # reasoning-gym seeds item i with `seed + i`: one stream per --seed for the splits (SPLIT_SEED items apart, so no two
