@@ -10,8 +10,8 @@ leaves out every problem the probes showed.
 Below level 0 (`MIN_LEVEL` to -1) the problems are easier than any of reasoning-gym's: each attribute of the
 curriculum steps from its level-0 value away from its level-1 value, by the square root of their ratio per level
 (number_sorting's 10 to 100 numbers become 3 to 32 at level -1 and 1 to 10 at level -2; largest_island's 5 x 5 grid
-2 x 2, then 1 x 1). An attribute the generator refuses at that value (jugs needs three jugs), or makes no problems with in
-`TRIAL_SECONDS` (puzzle24's numbers 1 to 2 never make 24), stays at level 0's.
+2 x 2, then 1 x 1). An attribute stays at level 0's where the generator refuses its new value (jugs needs three
+jugs) or makes no problems with it in `TRIAL_SECONDS` (puzzle24's numbers 1 to 2 never make 24).
 `AIM` descends there when level 0 is solved less often than its `floor`, 0.05 (at most 1 of its 32 probe answers
 right): of 16 families drawn at random on 2026-12-01, the 0.5B solved none at level 0, so the method had no verified
 answer and no mixed group to learn from. The floor stays below 0.06, the probe of aiw and fraction_simplification at
