@@ -1,6 +1,7 @@
 """The learning-effect benchmark's results: a table row from each family's comparison, the README's table and its
 across-families lines (with the shortcuts a gain can hide: the test split's most common answer, an answer the
-problem states), the archive of every run (`benchmarks/results/learning_effect.json`), and the plot of them all."""
+problem states, partial credit alone), the archive of every run (`benchmarks/results/learning_effect.json`), and
+the plot of them all."""
 
 from __future__ import annotations
 
@@ -64,6 +65,8 @@ def row(c: dict) -> dict:
             # the gain on the test problems that do not state their own answer, where some do (since 2026-11-29)
             "diff_where_unstated": learned.get("mean_vs_baseline_unstated")
             and interval(learned["mean_vs_baseline_unstated"]),
+            # where the grader pays partial credit, the gain in answers paid in full (recorded since 2026-12-07)
+            "diff_full_credit": learned.get("full_credit_vs_baseline") and interval(learned["full_credit_vs_baseline"]),
             # the learned arm's test answers that repeat a worked example shown to them (recorded since 2026-11-28)
             "copies": learned.get("copies"),
             "extra_prompt_tokens": c["extra_prompt_tokens_per_call"][learned["name"]], "prune": c.get("prune"),
@@ -174,7 +177,7 @@ def markdown(rows: list[dict]) -> str:
             "items (lessons) | pruned: dropped, test effect | extra prompt tok/call | learning tokens | wall |\n"
             + "|---" * 19 + "|\n")
     return head + "".join(
-        f"| {r['family']} | {r['seed']} | {r['level']} | {r['model']} | {r['learner']} | {r['test']} x {r['k']} | {r['none_mean']:.3f} | {r['learned_mean']:.3f} | {ci(r['diff'])} | "
+        f"| {r['family']} | {r['seed']} | {r['level']} | {r['model']} | {r['learner']} | {r['test']} x {r['k']} | {r['none_mean']:.3f} | {r['learned_mean']:.3f} | {ci(r['diff'])}{full_credit(r, ci)} | "
         f"{r['none_majority']:.3f} | {r['learned_majority']:.3f} | {ci(r['majority_diff'])} | "
         f"{ci(r['mean_minus_none_majority'])} | {constant_cell(r, ci)} | {r['items']} ({r['lessons']}){same(r)} | {pruned(r)} | "
         f"{r['extra_prompt_tokens']:+.0f} | "
@@ -249,7 +252,8 @@ def across_families(rows: list[dict], policy: str = "0.5B", setting: tuple[int, 
     interval that resamples families. That interval is for the average over the families run, not a prediction for
     one new family: `spread` gives the families' range. `every_run` counts every such row, reruns included, and
     `best` the families with at least one row that met both (`beyond`: beyond the shortcuts too: the most common
-    answer given every time, and the answer a test problem states, `no_gain_where_unstated`), since a count by the
+    answer given every time, the answer a test problem states, `no_gain_where_unstated`, and partial credit alone,
+    `no_full_credit_gain`), since a count by the
     latest row drifts as near misses are rerun."""
     defaults = arguments().parse_args([])
     default = default_setting()
@@ -269,13 +273,15 @@ def across_families(rows: list[dict], policy: str = "0.5B", setting: tuple[int, 
     both = [r for r in runs if met(r)]
     answered_alike = sorted(r["family"] for r in both if no_gain_beyond_constant(r))
     copied_stated = sorted(r["family"] for r in both if not no_gain_beyond_constant(r) and no_gain_where_unstated(r))
-    shortcut = lambda r: no_gain_beyond_constant(r) or no_gain_where_unstated(r)  # noqa: E731
+    partial_only = sorted(r["family"] for r in both if no_full_credit_gain(r)
+                          and r["family"] not in answered_alike + copied_stated)
+    shortcut = lambda r: no_gain_beyond_constant(r) or no_gain_where_unstated(r) or no_full_credit_gain(r)  # noqa: E731
     every_met = [r for r in at_defaults if met(r)]
     every_beyond = [r for r in every_met if not shortcut(r)]
-    others = [r for r in runs if r["family"] not in answered_alike + copied_stated]
+    others = [r for r in runs if r["family"] not in answered_alike + copied_stated + partial_only]
     return {"policy": policy, "setting": None if setting == default else setting, "families": len(runs),
             "both": sorted(r["family"] for r in both),
-            "constant_families": answered_alike, "stated_families": copied_stated,
+            "constant_families": answered_alike, "stated_families": copied_stated, "partial_families": partial_only,
             "mean_diff_without_constant": over("diff", others) if len(others) < len(runs) else None,
             "majority_diff_without_constant": over("majority_diff", others) if len(others) < len(runs) else None,
             "gain": sorted(r["family"] for r in runs if r["diff"][1] > 0),
@@ -349,7 +355,7 @@ def across_text(summary: dict) -> str:
             f"{len(summary['below'])} below no library, {len(summary['empty'])} kept no item; gains {low:+.3f} to "
             f"{high:+.3f}, their mean {summary['mean_diff']}"
             + (f" ({summary['mean_diff_without_constant']} without "
-               f"{', '.join(summary['constant_families'] + summary.get('stated_families', []))})"
+               f"{', '.join(shortcut_families(summary))})"
                if summary.get("mean_diff_without_constant") else "")
             + f", the votes' mean {summary['majority_diff']}"
             + (f" ({summary['majority_diff_without_constant']} without them)"
@@ -361,7 +367,8 @@ def every_run_text(summary: dict) -> str:
     every, best = summary["every_run"], summary["best"]
     where = f"at {setting_text(summary['setting'])}" if summary.get("setting") else "at the defaults"
     return (f". Every row {where}, reruns included: {every['both']} of {every['runs']} met both conditions, "
-            f"{every['beyond']} beyond the most common answer and any answer stated in the problem; by each family's "
+            f"{every['beyond']} beyond the most common answer, any answer stated in the problem and partial credit "
+            "alone; by each family's "
             f"best row, {len(best['both'])} of {summary['families']} families met both, {len(best['beyond'])} beyond "
             "them")
 
@@ -372,11 +379,28 @@ def no_gain_where_unstated(r: dict) -> bool:
     return bool(r.get("diff_where_unstated")) and r["diff_where_unstated"][1] <= 0
 
 
+def no_full_credit_gain(r: dict) -> bool:
+    """Whether a run's gain may be partial credit alone (tsumego pays 0.05 for any legal move): where its grader
+    paid partial credit, no gain beyond noise in the answers paid in full."""
+    return bool(r.get("diff_full_credit")) and r["diff_full_credit"][1] <= 0
+
+
+def shortcut_families(summary: dict) -> list[str]:
+    return summary["constant_families"] + summary.get("stated_families", []) + summary.get("partial_families", [])
+
+
 def constant_caveat(summary: dict) -> str:
     found, stated = summary.get("constant_families"), summary.get("stated_families")
+    partial = summary.get("partial_families")
     parts = ([f"{', '.join(found)}: no better than its most common answer given every time"] if found else []) + (
-        [f"{', '.join(stated)}: no gain where the problem does not state its answer"] if stated else [])
+        [f"{', '.join(stated)}: no gain where the problem does not state its answer"] if stated else []) + (
+        [f"{', '.join(partial)}: no more answers paid in full"] if partial else [])
     return f" ({'; '.join(parts)})" if parts else ""
+
+
+def full_credit(r: dict, ci) -> str:
+    """The Mean@k cell's tail where the grader paid partial credit: the gain in answers paid in full."""
+    return f"; answers paid in full: {ci(r['diff_full_credit'])}" if r.get("diff_full_credit") else ""
 
 
 def same(r: dict) -> str:

@@ -39,6 +39,9 @@ class Arm:
     # Mean@k against the baseline's on the problems that do not state their own answer (`answer_in_problem`), where
     # some do: a gain there is not copying the question (a converged sequence's last term, a palindrome)
     vs_baseline_unstated: Estimate | None = None
+    # where the reward pays partial credit, the share of answers given full credit against the baseline's: a gain in
+    # partial credit alone (a legal move that is not the answer, the answer's form) is not more right answers
+    full_credit_vs_baseline: Estimate | None = None
     held_in_library: list[str] = field(default_factory=list)  # problems the library holds verbatim: not held out
     copies: Copies | None = None  # the answers that repeat a worked example shown to them (None: no examples shown)
     same_as: str | None = None  # an earlier arm that sends the same prompts, whose samples this one shares
@@ -57,6 +60,7 @@ class Arm:
                 "mean_vs_constant": est(self.mean_vs_constant),
                 "mean_vs_baseline_uncommon": est(self.vs_baseline_uncommon),
                 "mean_vs_baseline_unstated": est(self.vs_baseline_unstated),
+                "full_credit_vs_baseline": est(self.full_credit_vs_baseline),
                 "copies": self.copies and self.copies.to_dict(),
                 "problems_held_in_library": self.held_in_library, "same_as": self.same_as}
 
@@ -166,6 +170,12 @@ async def constant_answer(problems: list[Problem], reward: Callable[..., Any]) -
     return ConstantAnswer(answer, scores)
 
 
+def full_credit(report: EvalReport) -> dict[str, float]:
+    """Per problem, the share of its answers the reward paid in full."""
+    return {pid: sum((r.reward or 0.0) >= 1 for r in group) / max(1, len(group))
+            for pid, group in report.rollouts.items()}
+
+
 def renders_alike(one: LibraryVersion, other: LibraryVersion) -> bool:
     """Whether two versions send every request the same prompts: the same version, or two with no items (whatever
     their render policies say: a run with examples as turns that kept nothing ends on an empty version of its own)."""
@@ -186,7 +196,10 @@ async def compare(backend: Backend, problems: list[Problem], reward: Callable[..
     `stored` holds groups already sampled, by library version and problem (a stopped comparison's): not paid again.
     Where some problems state their own answer and others do not, each arm is also set against the baseline on the
     others: a small model is right mostly where it can copy the question (number_sequence, seed 45: 0.30 on the 7
-    test problems that end on a repeated term, 0.02 on the other 17)."""
+    test problems that end on a repeated term, 0.02 on the other 17). Where the reward paid partial credit to any
+    answer, each arm's share of fully right answers is set against the baseline's (`full_credit`): tsumego pays 0.05
+    for any legal move, and a library that taught the 0.5B to answer with a coordinate gained +0.047 with 1 right
+    answer in 96."""
     arms: list[Arm] = []
     for name, library, learning_tokens in libraries:
         earlier = next((arm for arm, (_, done, _) in zip(arms, libraries) if renders_alike(done, library)), None)
@@ -225,6 +238,12 @@ async def compare(backend: Backend, problems: list[Problem], reward: Callable[..
     if 0 < len(unstated) < len(problems):
         for arm in arms[1:]:
             arm.vs_baseline_unstated = gain_on(arm, unstated)
+    if any(0 < (r.reward or 0.0) < 1 for arm in arms for group in arm.report.rollouts.values() for r in group):
+        right = {arm.name: full_credit(arm.report) for arm in arms}
+        for arm in arms[1:]:
+            arm.full_credit_vs_baseline = paired_difference([right[arm.name][pid] for pid in base.rollouts],
+                                                            [right[arms[0].name][pid] for pid in base.rollouts],
+                                                            seed=seed)
     return Comparison(arms, len(problems), samples, seed, common)
 
 

@@ -56,6 +56,9 @@ def comparison_table(comparison) -> Table:
     if any(a.vs_baseline_unstated for a in comparison.arms):
         row(f"Mean@{k} - {base.name}, where the problem does not state its answer",
             lambda a: str(a.vs_baseline_unstated) if a.vs_baseline_unstated else "-")
+    if any(a.full_credit_vs_baseline for a in comparison.arms):
+        row(f"answers paid in full - {base.name}'s",
+            lambda a: str(a.full_credit_vs_baseline) if a.full_credit_vs_baseline else "-")
     copies = any(a.copies for a in comparison.arms)
     if copies:
         row("answers copying an example", lambda a: str(a.copies) if a.copies else "-")

@@ -33,6 +33,7 @@ async def test_a_library_that_helps_shows_a_paired_gain_beyond_noise_and_beats_t
     assert learned.mean_vs_constant.low > 0  # quickstart's answers differ: one answer for all scores little
     # and the gain holds where the most common answer is wrong (the baseline has no such difference of its own)
     assert learned.vs_baseline_uncommon.low > 0.4 and none.vs_baseline_uncommon is None
+    assert learned.full_credit_vs_baseline is None  # a grader that pays 1 or 0: the Mean@k gain says it all
     assert result.extra_prompt_tokens(learned) > 0 == result.extra_prompt_tokens(none)
     # paired: both arms drew the same seeds for the same problems
     solves = [(c["problem"], c["seed"]) for c in backend.calls if c["stage"] == "solve"]
@@ -276,6 +277,41 @@ def test_an_answer_copies_an_example_when_most_of_its_words_repeat_the_solution(
 
 
 # two of the four state their own answer: a palindrome reads the same backward
+def legal_move(completions, answer, **_):
+    """tsumego's grader: 1 for the right point, 0.05 for any other point on the board, 0 for anything else."""
+    moves = [last_boxed(c) for c in completions]
+    return [1.0 if m == answer else 0.05 if m and m[0] in "ABCDEFGHJ" and m[1:].isdigit() else 0.0 for m in moves]
+
+
+async def test_a_gain_in_partial_credit_alone_is_set_against_the_answers_paid_in_full():
+    """Shown worked examples it answers A1 on every board, right on one of eight: the mean gains beyond noise on
+    the grader's 0.05 for a legal move, while the answers paid in full gain 1 in 32, within noise."""
+    from rich.console import Console
+
+    from gym_tf.display import comparison_table
+
+    problems = [Problem(f"b{i}", f"Board {i}: where should black play?", f"{'ABCDEFGH'[i]}{i + 1}") for i in range(8)]
+    library, _ = apply_ops(EMPTY_LIBRARY, [ExampleOp(op="example", text="Problem: a board\nSolution: \\boxed{C3}")],
+                           step=1)
+
+    class AnswersA1WhenShownExamples(AnswersTrueWhenShownExamples):
+        def answer_shown(self, prompt: str) -> str:
+            return "Black plays \\boxed{A1}"
+
+    arms = [("none", EMPTY_LIBRARY, 0), ("learned", library, 900)]
+    result = await compare(AnswersA1WhenShownExamples({}), problems, legal_move, 4, Sampling(), arms, seed=1,
+                           constant=False)
+    none, learned = result.arms
+    assert learned.vs_baseline.low > 0  # a "gain" beyond noise: 0.05 on seven boards, 1 on one
+    assert learned.vs_baseline.value == (7 * 0.05 + 1) / 8
+    assert learned.full_credit_vs_baseline.value == 1 / 8 and learned.full_credit_vs_baseline.low <= 0
+    assert none.full_credit_vs_baseline is None
+    assert result.to_dict()["arms"][1]["full_credit_vs_baseline"]["value"] == 1 / 8
+    console = Console(record=True, width=120)
+    console.print(comparison_table(result))
+    assert "answers paid in full - none's" in console.export_text()
+
+
 WORDS = [Problem("w0", "Spell this word backward: eye", "eye"), Problem("w1", "Spell this word backward: cat", "tac"),
          Problem("w2", "Spell this word backward: pop", "pop"), Problem("w3", "Spell this word backward: dog", "god")]
 

@@ -137,8 +137,9 @@ def test_across_families_also_counts_every_run_at_the_defaults_and_each_familys_
     assert summary["every_run"] == {"runs": 5, "both": 3, "beyond": 1}
     assert summary["best"] == {"both": ["a", "b"], "beyond": ["a"]}
     assert report.across_text(summary).rstrip().endswith(
-        "Every row at the defaults, reruns included: 3 of 5 met both conditions, 1 beyond the most common answer and "
-        "any answer stated in the problem; by each family's best row, 2 of 3 families met both, 1 beyond them")
+        "Every row at the defaults, reruns included: 3 of 5 met both conditions, 1 beyond the most common answer, "
+        "any answer stated in the problem and partial credit alone; by each family's best row, 2 of 3 families met "
+        "both, 1 beyond them")
     # a gain all on test problems that state their own answer is a shortcut too: named apart, and not "beyond"
     copied = run("d", met, diff_where_unstated=(0.0, 0.0, 0.0))
     skilled = run("e", met, diff_where_unstated=(0.1, 0.02, 0.2))
@@ -154,6 +155,33 @@ def test_across_families_also_counts_every_run_at_the_defaults_and_each_familys_
     only_copied = report.across_families([copied, skilled])  # no constant-answer row: the mean without d alone
     assert only_copied["constant_families"] == [] and only_copied["mean_diff_without_constant"].value == pytest.approx(0.2)
     assert "(d: no gain where the problem does not state its answer)" in report.across_text(only_copied)
+    # a gain in partial credit alone (tsumego's 0.05 for a legal move) is a shortcut too, where it was recorded
+    legal_moves = run("f", met, diff_full_credit=(0.01, 0.0, 0.03))
+    more_right = run("g", met, diff_full_credit=(0.1, 0.02, 0.2))
+    summary = report.across_families([legal_moves, more_right, copied, skilled])
+    assert summary["partial_families"] == ["f"] and summary["stated_families"] == ["d"]
+    assert summary["every_run"] == {"runs": 4, "both": 4, "beyond": 2} and summary["best"]["beyond"] == ["e", "g"]
+    assert summary["mean_diff_without_constant"].value == pytest.approx(0.2)  # e and g
+    text = report.across_text(summary)
+    assert ("(d: no gain where the problem does not state its answer; f: no more answers paid in full)" in text
+            and f"({summary['mean_diff_without_constant']} without d, f)" in text)
+    cell = report.markdown([report.row(comparison_with_partial_credit())]).splitlines()[2]
+    assert "| +0.047 [+0.036, +0.068]; answers paid in full: +0.010 [+0.000, +0.031] |" in cell
+
+
+def comparison_with_partial_credit() -> dict:
+    """The newest archived row's comparison, as compare writes one, with a grader that paid partial credit."""
+    newest = json.loads(ARCHIVE.read_text(encoding="utf-8"))[0]
+    est = lambda v: {"value": v[0], "low": v[1], "high": v[2]}  # noqa: E731
+    arm = {"library_items": 3, "metrics": {"mean_at_k": {"value": 0.06}, "majority": {"value": 0.06}},
+           "tokens": {"learning": 1000}, "name": "learned"}
+    return {"family": "tsumego", "settings": {"seed": 1206}, "model": "0.5B", "problems": 24, "samples": 4,
+            "library": [], "wall_s": 60.0, "extra_prompt_tokens_per_call": {"learned": 100},
+            "arms": [{**arm, "name": "none"}, {**arm, "mean_vs_baseline": est((0.047, 0.036, 0.068)),
+                                                "majority_vs_baseline": est((0.048, 0.037, 0.068)),
+                                                "mean_vs_baseline_majority": est((0.047, 0.036, 0.068)),
+                                                "full_credit_vs_baseline": est((0.010, 0.0, 0.031))}],
+            "cpu": newest["cpu"]}
 
 
 def test_the_readme_states_what_the_archive_says_across_families(report):
@@ -170,7 +198,8 @@ def test_runs_at_other_training_sizes_or_epochs_are_counted_apart_on_a_line_of_t
         return json.loads(ARCHIVE.read_text(encoding="utf-8"))[0] | {
             "family": family, "model": "0.5B", "learner": "0.5B", "diff": diffs[0], "majority_diff": diffs[1],
             "items": 3, "epochs": epochs, "train": train, "test": 24, "k": 4, "constant": None,
-            "diff_where_constant_wrong": None, "mean_minus_constant": None, "diff_where_unstated": None} | more
+            "diff_where_constant_wrong": None, "mean_minus_constant": None, "diff_where_unstated": None,
+            "diff_full_credit": None} | more
         # whatever else the newest row has
 
     rows = [run("d (--epochs 1 --train 48)", met, 48, 1),

@@ -17,13 +17,14 @@ from fakes import MemoryIpfs, ScriptedBackend
 from gym_tf.compare import compare
 from gym_tf.config import OptimizeConfig, RolloutConfig
 from gym_tf.datasets import load_dataset
-from gym_tf.library import EMPTY_LIBRARY, short
+from gym_tf.library import EMPTY_LIBRARY, EXAMPLES_HEADER, ExampleOp, apply_ops, short
 from gym_tf.library_io import diff_versions
 from gym_tf.optimize import Optimizer
 from gym_tf.publishing import publish
 from gym_tf.store import RunStore
 from gym_tf.studio import StudioConfig, studio_app
 from rewards import load_reward
+from rewards.answers import last_boxed
 from server import ServerConfig, create_app
 from server.upstream import Upstream
 
@@ -270,6 +271,34 @@ def test_evaluations_side_by_side(ws, client):
     learned = ws["comparison"].arms[1]  # its gain where that answer is wrong, and the answers that copied an example
     assert f"“{constant.answer}” is wrong" in html and f"{learned.vs_baseline_uncommon.value:+.3f}" in html
     assert learned.copies is not None and f"{learned.copies.copied} of {learned.copies.of}" in html
+    assert learned.full_credit_vs_baseline is None  # quickstart's grader pays 1 or 0: nothing to set apart
+
+
+class HelpedByExamples(ScriptedBackend):
+    def skill_for(self, messages) -> float:
+        return 0.9 if EXAMPLES_HEADER in str(messages[0]["content"]) else 0.2
+
+
+def test_an_evaluation_whose_grader_paid_partial_credit_shows_the_answers_paid_in_full(tmp_path):
+    def boxed_anything(completions, answer, **_):  # 1 for the answer, 0.05 for any other boxed answer
+        return [1.0 if last_boxed(c) == answer else 0.05 if last_boxed(c) else 0.0 for c in completions]
+
+    store = RunStore(tmp_path / "ws")
+    problems = load_dataset("quickstart")[:8]
+    library, _ = apply_ops(EMPTY_LIBRARY, [ExampleOp(op="example", text="Problem: 2+2?\nSolution: \\boxed{4}")],
+                           step=1)
+    comparison = asyncio.run(compare(HelpedByExamples({p.problem: p.answer for p in problems}), problems,
+                                     boxed_anything, 2, RolloutConfig().sampling(),
+                                     [("none", EMPTY_LIBRARY, 0), ("learned", library, 0)]))
+    paid = comparison.arms[1].full_credit_vs_baseline
+    assert paid.value > 0
+    evaluation = comparison.record(store, "quickstart")
+    client = TestClient(studio_app(store, StudioConfig(keys=["reader"], admin_keys=["boss"])))
+    data = get(client, f"/ui/evaluations/{evaluation}.json").json()
+    assert data["arms"][1]["full_credit_vs_baseline"] == {"value": paid.value, "low": paid.low, "high": paid.high}
+    html = get(client, f"/ui/evaluations/{evaluation}").text
+    assert "answers paid in full − baseline" in html
+    assert f"<td>{paid.value:+.3f} [{paid.low:+.3f}, {paid.high:+.3f}]</td>" in html
 
 
 def test_ledger_root_inclusion_publications_and_anchors(ws, client):
