@@ -66,7 +66,6 @@ def row(c: dict) -> dict:
             "diff_where_unstated": learned.get("mean_vs_baseline_unstated")
             and interval(learned["mean_vs_baseline_unstated"]),
             # where the grader pays partial credit, the gain in answers paid in full (recorded since 2026-12-07)
-            "diff_full_credit": learned.get("full_credit_vs_baseline") and interval(learned["full_credit_vs_baseline"]),
             # the learned arm's test answers that repeat a worked example shown to them (recorded since 2026-11-28)
             "copies": learned.get("copies"),
             "extra_prompt_tokens": c["extra_prompt_tokens_per_call"][learned["name"]], "prune": c.get("prune"),
@@ -80,7 +79,11 @@ def row(c: dict) -> dict:
             # the answers per problem told the reference answer (recorded since 2026-12-02; None before: 0)
             "hinted_examples": c.get("hinted_examples"),
             # whether reference answers alone could be worked examples (recorded since 2026-12-06; None before: no)
-            "labeled_examples": c.get("labeled_examples"), "examples_as_turns": c.get("examples_as_turns")}
+            "labeled_examples": c.get("labeled_examples"), "examples_as_turns": c.get("examples_as_turns")} | (
+        # where the grader paid partial credit, the gain in answers paid in full; None: it paid none (recorded since
+        # 2026-12-07: a row without the key was not checked)
+        {"diff_full_credit": learned["full_credit_vs_baseline"] and interval(learned["full_credit_vs_baseline"])}
+        if "full_credit_vs_baseline" in learned else {})
 
 
 def level_text(c: dict) -> str:
@@ -177,7 +180,7 @@ def markdown(rows: list[dict]) -> str:
             "items (lessons) | pruned: dropped, test effect | extra prompt tok/call | learning tokens | wall |\n"
             + "|---" * 19 + "|\n")
     return head + "".join(
-        f"| {r['family']} | {r['seed']} | {r['level']} | {r['model']} | {r['learner']} | {r['test']} x {r['k']} | {r['none_mean']:.3f} | {r['learned_mean']:.3f} | {ci(r['diff'])}{full_credit(r, ci)} | "
+        f"| {r['family']} | {r['seed']} | {r['level']} | {r['model']} | {r['learner']} | {r['test']} x {r['k']} | {r['none_mean']:.3f} | {r['learned_mean']:.3f} | {ci(r['diff'])}{paid_in_full_cell(r, ci)} | "
         f"{r['none_majority']:.3f} | {r['learned_majority']:.3f} | {ci(r['majority_diff'])} | "
         f"{ci(r['mean_minus_none_majority'])} | {constant_cell(r, ci)} | {r['items']} ({r['lessons']}){same(r)} | {pruned(r)} | "
         f"{r['extra_prompt_tokens']:+.0f} | "
@@ -253,8 +256,9 @@ def across_families(rows: list[dict], policy: str = "0.5B", setting: tuple[int, 
     one new family: `spread` gives the families' range. `every_run` counts every such row, reruns included, and
     `best` the families with at least one row that met both (`beyond`: beyond the shortcuts too: the most common
     answer given every time, the answer a test problem states, `no_gain_where_unstated`, and partial credit alone,
-    `no_full_credit_gain`), since a count by the
-    latest row drifts as near misses are rerun."""
+    `no_full_credit_gain`), since a count by the latest row drifts as near misses are rerun. `unchecked`: the
+    families whose latest row met both beyond the shortcuts without having been checked for partial credit alone
+    (archived before 2026-12-07)."""
     defaults = arguments().parse_args([])
     default = default_setting()
     setting = default if setting is None else setting
@@ -284,6 +288,7 @@ def across_families(rows: list[dict], policy: str = "0.5B", setting: tuple[int, 
             "constant_families": answered_alike, "stated_families": copied_stated, "partial_families": partial_only,
             "mean_diff_without_constant": over("diff", others) if len(others) < len(runs) else None,
             "majority_diff_without_constant": over("majority_diff", others) if len(others) < len(runs) else None,
+            "unchecked": sorted(r["family"] for r in both if not shortcut(r) and "diff_full_credit" not in r),
             "gain": sorted(r["family"] for r in runs if r["diff"][1] > 0),
             "below": sorted(r["family"] for r in runs if r["diff"][0] < 0),
             "empty": sorted(r["family"] for r in runs if r["items"] == 0),
@@ -368,8 +373,7 @@ def every_run_text(summary: dict) -> str:
     where = f"at {setting_text(summary['setting'])}" if summary.get("setting") else "at the defaults"
     return (f". Every row {where}, reruns included: {every['both']} of {every['runs']} met both conditions, "
             f"{every['beyond']} beyond the most common answer, any answer stated in the problem and partial credit "
-            "alone; by each family's "
-            f"best row, {len(best['both'])} of {summary['families']} families met both, {len(best['beyond'])} beyond "
+            f"alone where it was checked; by each family's best row, {len(best['both'])} of {summary['families']} families met both, {len(best['beyond'])} beyond "
             "them")
 
 
@@ -386,6 +390,7 @@ def no_full_credit_gain(r: dict) -> bool:
 
 
 def shortcut_families(summary: dict) -> list[str]:
+    """The families whose latest row met both conditions by a shortcut, named in the order the line names them."""
     return summary["constant_families"] + summary.get("stated_families", []) + summary.get("partial_families", [])
 
 
@@ -395,10 +400,15 @@ def constant_caveat(summary: dict) -> str:
     parts = ([f"{', '.join(found)}: no better than its most common answer given every time"] if found else []) + (
         [f"{', '.join(stated)}: no gain where the problem does not state its answer"] if stated else []) + (
         [f"{', '.join(partial)}: no more answers paid in full"] if partial else [])
+    unchecked = summary.get("unchecked")
+    if unchecked:
+        beyond = len(summary["both"]) - len(shortcut_families(summary))
+        parts.append(f"{len(unchecked)} of the {beyond} {'others' if parts else 'families'} not checked for partial "
+                     "credit alone: run before 2026-12-07")
     return f" ({'; '.join(parts)})" if parts else ""
 
 
-def full_credit(r: dict, ci) -> str:
+def paid_in_full_cell(r: dict, ci) -> str:
     """The Mean@k cell's tail where the grader paid partial credit: the gain in answers paid in full."""
     return f"; answers paid in full: {ci(r['diff_full_credit'])}" if r.get("diff_full_credit") else ""
 

@@ -276,7 +276,6 @@ def test_an_answer_copies_an_example_when_most_of_its_words_repeat_the_solution(
     assert not copies_example(" ".join([solution] * 20), [solution])  # a loop of it is no longer the same answer
 
 
-# two of the four state their own answer: a palindrome reads the same backward
 def legal_move(completions, answer, **_):
     """tsumego's grader: 1 for the right point, 0.05 for any other point on the board, 0 for anything else."""
     moves = [last_boxed(c) for c in completions]
@@ -285,7 +284,7 @@ def legal_move(completions, answer, **_):
 
 async def test_a_gain_in_partial_credit_alone_is_set_against_the_answers_paid_in_full():
     """Shown worked examples it answers A1 on every board, right on one of eight: the mean gains beyond noise on
-    the grader's 0.05 for a legal move, while the answers paid in full gain 1 in 32, within noise."""
+    the grader's 0.05 for a legal move, while the answers paid in full gain 4 in 32 (one board), within noise."""
     from rich.console import Console
 
     from gym_tf.display import comparison_table
@@ -312,6 +311,7 @@ async def test_a_gain_in_partial_credit_alone_is_set_against_the_answers_paid_in
     assert "answers paid in full - none's" in console.export_text()
 
 
+# two of the four state their own answer: a palindrome reads the same backward
 WORDS = [Problem("w0", "Spell this word backward: eye", "eye"), Problem("w1", "Spell this word backward: cat", "tac"),
          Problem("w2", "Spell this word backward: pop", "pop"), Problem("w3", "Spell this word backward: dog", "god")]
 

@@ -59,7 +59,7 @@ def test_the_archive_of_runs_is_the_readmes_table_on_clean_splits(report):
 def test_across_families_takes_each_familys_latest_row_at_the_defaults_and_resamples_families(report):
     def run(family, diff, vote, model="0.5B", learner="0.5B", items=3, **settings):
         return {"family": family, "model": model, "learner": learner, "diff": diff, "majority_diff": vote,
-                "items": items, "epochs": 2, "train": 16, "test": 24, "k": 4} | settings
+                "items": items, "epochs": 2, "train": 16, "test": 24, "k": 4, "diff_full_credit": None} | settings
 
     rows = [run("a", (0.2, 0.1, 0.3), (0.2, 0.05, 0.35)),  # newest first: this row speaks for family a
             run("b", (0.1, 0.02, 0.2), (0.1, -0.05, 0.25)),
@@ -125,7 +125,7 @@ def test_across_families_also_counts_every_run_at_the_defaults_and_each_familys_
 
     def run(family, diffs, **more):
         return {"family": family, "model": "0.5B", "learner": "0.5B", "diff": diffs[0], "majority_diff": diffs[1],
-                "items": 3, "epochs": 2, "train": 16, "test": 24, "k": 4} | more
+                "items": 3, "epochs": 2, "train": 16, "test": 24, "k": 4, "diff_full_credit": None} | more
 
     one_answer = {"constant": {"answer": "Yes", "mean": 0.9}, "mean_minus_constant": (-0.1, -0.2, 0.0),
                   "diff_where_constant_wrong": (0.0, -0.1, 0.1)}
@@ -138,8 +138,8 @@ def test_across_families_also_counts_every_run_at_the_defaults_and_each_familys_
     assert summary["best"] == {"both": ["a", "b"], "beyond": ["a"]}
     assert report.across_text(summary).rstrip().endswith(
         "Every row at the defaults, reruns included: 3 of 5 met both conditions, 1 beyond the most common answer, "
-        "any answer stated in the problem and partial credit alone; by each family's best row, 2 of 3 families met "
-        "both, 1 beyond them")
+        "any answer stated in the problem and partial credit alone where it was checked; by each family's best row, "
+        "2 of 3 families met both, 1 beyond them")
     # a gain all on test problems that state their own answer is a shortcut too: named apart, and not "beyond"
     copied = run("d", met, diff_where_unstated=(0.0, 0.0, 0.0))
     skilled = run("e", met, diff_where_unstated=(0.1, 0.02, 0.2))
@@ -158,19 +158,28 @@ def test_across_families_also_counts_every_run_at_the_defaults_and_each_familys_
     # a gain in partial credit alone (tsumego's 0.05 for a legal move) is a shortcut too, where it was recorded
     legal_moves = run("f", met, diff_full_credit=(0.01, 0.0, 0.03))
     more_right = run("g", met, diff_full_credit=(0.1, 0.02, 0.2))
-    summary = report.across_families([legal_moves, more_right, copied, skilled])
+    unchecked = {k: v for k, v in skilled.items() if k != "diff_full_credit"}  # archived before it was recorded
+    summary = report.across_families([legal_moves, more_right, copied, unchecked])
     assert summary["partial_families"] == ["f"] and summary["stated_families"] == ["d"]
     assert summary["every_run"] == {"runs": 4, "both": 4, "beyond": 2} and summary["best"]["beyond"] == ["e", "g"]
     assert summary["mean_diff_without_constant"].value == pytest.approx(0.2)  # e and g
     text = report.across_text(summary)
-    assert ("(d: no gain where the problem does not state its answer; f: no more answers paid in full)" in text
-            and f"({summary['mean_diff_without_constant']} without d, f)" in text)
+    assert ("(d: no gain where the problem does not state its answer; f: no more answers paid in full; 1 of the 2 "
+            "others not checked for partial credit alone: run before 2026-12-07)") in text
+    assert f"({summary['mean_diff_without_constant']} without d, f)" in text
+    # a row that recorded no partial credit (None) was checked; one without the field ran before it was recorded
+    assert summary["unchecked"] == ["e"] and report.across_families([more_right, skilled])["unchecked"] == []
     cell = report.markdown([report.row(comparison_with_partial_credit())]).splitlines()[2]
     assert "| +0.047 [+0.036, +0.068]; answers paid in full: +0.010 [+0.000, +0.031] |" in cell
+    binary, before = comparison_with_partial_credit(), comparison_with_partial_credit()
+    binary["arms"][1]["full_credit_vs_baseline"] = None  # a grader that paid 1 or 0: checked, nothing to flag
+    del before["arms"][1]["full_credit_vs_baseline"]  # a comparison written before the field: not checked
+    assert report.row(binary)["diff_full_credit"] is None and "diff_full_credit" not in report.row(before)
 
 
 def comparison_with_partial_credit() -> dict:
-    """The newest archived row's comparison, as compare writes one, with a grader that paid partial credit."""
+    """A comparison as compare writes one (tsumego's numbers), whose grader paid partial credit; its CPU is the
+    newest archived row's."""
     newest = json.loads(ARCHIVE.read_text(encoding="utf-8"))[0]
     est = lambda v: {"value": v[0], "low": v[1], "high": v[2]}  # noqa: E731
     arm = {"library_items": 3, "metrics": {"mean_at_k": {"value": 0.06}, "majority": {"value": 0.06}},
