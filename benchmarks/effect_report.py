@@ -65,7 +65,6 @@ def row(c: dict) -> dict:
             # the gain on the test problems that do not state their own answer, where some do (since 2026-11-29)
             "diff_where_unstated": learned.get("mean_vs_baseline_unstated")
             and interval(learned["mean_vs_baseline_unstated"]),
-            # where the grader pays partial credit, the gain in answers paid in full (recorded since 2026-12-07)
             # the learned arm's test answers that repeat a worked example shown to them (recorded since 2026-11-28)
             "copies": learned.get("copies"),
             "extra_prompt_tokens": c["extra_prompt_tokens_per_call"][learned["name"]], "prune": c.get("prune"),
@@ -373,8 +372,8 @@ def every_run_text(summary: dict) -> str:
     where = f"at {setting_text(summary['setting'])}" if summary.get("setting") else "at the defaults"
     return (f". Every row {where}, reruns included: {every['both']} of {every['runs']} met both conditions, "
             f"{every['beyond']} beyond the most common answer, any answer stated in the problem and partial credit "
-            f"alone where it was checked; by each family's best row, {len(best['both'])} of {summary['families']} families met both, {len(best['beyond'])} beyond "
-            "them")
+            f"alone where it was checked; by each family's best row, {len(best['both'])} of {summary['families']} "
+            f"families met both, {len(best['beyond'])} beyond them")
 
 
 def no_gain_where_unstated(r: dict) -> bool:
