@@ -1,6 +1,6 @@
 """The learning-effect benchmark's results: a table row from each family's comparison, the README's table and its
 across-families lines (with the shortcuts a gain can hide: the test split's most common answer, an answer the
-problem states, partial credit alone), the archive of every run (`benchmarks/results/learning_effect.json`), and
+problem states, answers that earn as much on other problems, partial credit alone), the archive of every run (`benchmarks/results/learning_effect.json`), and
 the plot of them all."""
 
 from __future__ import annotations
@@ -82,7 +82,11 @@ def row(c: dict) -> dict:
         # where the grader paid partial credit, the gain in answers paid in full; None: it paid none (recorded since
         # 2026-12-07: a row without the key was not checked)
         {"diff_full_credit": learned["full_credit_vs_baseline"] and interval(learned["full_credit_vs_baseline"])}
-        if "full_credit_vs_baseline" in learned else {})
+        if "full_credit_vs_baseline" in learned else {}) | (
+        # Mean@k of the learned arm's answers given to other problems, and its gain beyond that (since 2026-12-07)
+        {"swapped_mean": learned["swapped_mean"], "diff_beyond_swapped": learned["mean_vs_baseline_beyond_swapped"]
+         and interval(learned["mean_vs_baseline_beyond_swapped"])}
+        if "mean_vs_baseline_beyond_swapped" in learned else {})
 
 
 def level_text(c: dict) -> str:
@@ -179,7 +183,7 @@ def markdown(rows: list[dict]) -> str:
             "items (lessons) | pruned: dropped, test effect | extra prompt tok/call | learning tokens | wall |\n"
             + "|---" * 19 + "|\n")
     return head + "".join(
-        f"| {r['family']} | {r['seed']} | {r['level']} | {r['model']} | {r['learner']} | {r['test']} x {r['k']} | {r['none_mean']:.3f} | {r['learned_mean']:.3f} | {ci(r['diff'])}{paid_in_full_cell(r, ci)} | "
+        f"| {r['family']} | {r['seed']} | {r['level']} | {r['model']} | {r['learner']} | {r['test']} x {r['k']} | {r['none_mean']:.3f} | {r['learned_mean']:.3f} | {ci(r['diff'])}{gain_checks(r, ci)} | "
         f"{r['none_majority']:.3f} | {r['learned_majority']:.3f} | {ci(r['majority_diff'])} | "
         f"{ci(r['mean_minus_none_majority'])} | {constant_cell(r, ci)} | {r['items']} ({r['lessons']}){same(r)} | {pruned(r)} | "
         f"{r['extra_prompt_tokens']:+.0f} | "
@@ -254,10 +258,10 @@ def across_families(rows: list[dict], policy: str = "0.5B", setting: tuple[int, 
     interval that resamples families. That interval is for the average over the families run, not a prediction for
     one new family: `spread` gives the families' range. `every_run` counts every such row, reruns included, and
     `best` the families with at least one row that met both (`beyond`: beyond the shortcuts too: the most common
-    answer given every time, the answer a test problem states, `no_gain_where_unstated`, and partial credit alone,
-    `no_full_credit_gain`), since a count by the latest row drifts as near misses are rerun. `unchecked`: the
-    families whose latest row met both beyond the shortcuts without having been checked for partial credit alone
-    (archived before 2026-12-07)."""
+    answer given every time, the answer a test problem states, `no_gain_where_unstated`, answers that earn as much on
+    other problems, `no_gain_beyond_swapped`, and partial credit alone, `no_full_credit_gain`), since a count by the
+    latest row drifts as near misses are rerun. `unchecked`: the families whose latest row met both beyond the
+    shortcuts without having been checked for the last two (archived before 2026-12-07)."""
     defaults = arguments().parse_args([])
     default = default_setting()
     setting = default if setting is None else setting
@@ -276,18 +280,22 @@ def across_families(rows: list[dict], policy: str = "0.5B", setting: tuple[int, 
     both = [r for r in runs if met(r)]
     answered_alike = sorted(r["family"] for r in both if no_gain_beyond_constant(r))
     copied_stated = sorted(r["family"] for r in both if not no_gain_beyond_constant(r) and no_gain_where_unstated(r))
+    named = answered_alike + copied_stated
+    swapped_alike = sorted(r["family"] for r in both if no_gain_beyond_swapped(r) and r["family"] not in named)
     partial_only = sorted(r["family"] for r in both if no_full_credit_gain(r)
-                          and r["family"] not in answered_alike + copied_stated)
-    shortcut = lambda r: no_gain_beyond_constant(r) or no_gain_where_unstated(r) or no_full_credit_gain(r)  # noqa: E731
+                          and r["family"] not in named + swapped_alike)
+    shortcut = lambda r: (no_gain_beyond_constant(r) or no_gain_where_unstated(r)  # noqa: E731
+                          or no_gain_beyond_swapped(r) or no_full_credit_gain(r))
     every_met = [r for r in at_defaults if met(r)]
     every_beyond = [r for r in every_met if not shortcut(r)]
-    others = [r for r in runs if r["family"] not in answered_alike + copied_stated + partial_only]
+    others = [r for r in runs if r["family"] not in named + swapped_alike + partial_only]
     return {"policy": policy, "setting": None if setting == default else setting, "families": len(runs),
             "both": sorted(r["family"] for r in both),
-            "constant_families": answered_alike, "stated_families": copied_stated, "partial_families": partial_only,
+            "constant_families": answered_alike, "stated_families": copied_stated,
+            "swapped_families": swapped_alike, "partial_families": partial_only,
             "mean_diff_without_constant": over("diff", others) if len(others) < len(runs) else None,
             "majority_diff_without_constant": over("majority_diff", others) if len(others) < len(runs) else None,
-            "unchecked": sorted(r["family"] for r in both if not shortcut(r) and "diff_full_credit" not in r),
+            "unchecked": sorted(r["family"] for r in both if not shortcut(r) and "diff_beyond_swapped" not in r),
             "gain": sorted(r["family"] for r in runs if r["diff"][1] > 0),
             "below": sorted(r["family"] for r in runs if r["diff"][0] < 0),
             "empty": sorted(r["family"] for r in runs if r["items"] == 0),
@@ -371,8 +379,8 @@ def every_run_text(summary: dict) -> str:
     every, best = summary["every_run"], summary["best"]
     where = f"at {setting_text(summary['setting'])}" if summary.get("setting") else "at the defaults"
     return (f". Every row {where}, reruns included: {every['both']} of {every['runs']} met both conditions, "
-            f"{every['beyond']} beyond the most common answer, any answer stated in the problem and partial credit "
-            f"alone where it was checked; by each family's best row, {len(best['both'])} of {summary['families']} "
+            f"{every['beyond']} beyond the most common answer, any answer stated in the problem, and, where checked, "
+            f"answers given to other problems and partial credit alone; by each family's best row, {len(best['both'])} of {summary['families']} "
             f"families met both, {len(best['beyond'])} beyond them")
 
 
@@ -388,28 +396,40 @@ def no_full_credit_gain(r: dict) -> bool:
     return bool(r.get("diff_full_credit")) and r["diff_full_credit"][1] <= 0
 
 
+def no_gain_beyond_swapped(r: dict) -> bool:
+    """Whether a run's gain may be a prior over answers (its most common answer, the answer's form, an answer any
+    problem pays, a spread of likely answers): where recorded, its answers given to other problems earn about as
+    much, so the gain beyond that is not beyond noise."""
+    return bool(r.get("diff_beyond_swapped")) and r["diff_beyond_swapped"][1] <= 0
+
+
 def shortcut_families(summary: dict) -> list[str]:
     """The families whose latest row met both conditions by a shortcut, named in the order the line names them."""
-    return summary["constant_families"] + summary.get("stated_families", []) + summary.get("partial_families", [])
+    return (summary["constant_families"] + summary.get("stated_families", []) + summary.get("swapped_families", [])
+            + summary.get("partial_families", []))
 
 
 def constant_caveat(summary: dict) -> str:
     found, stated = summary.get("constant_families"), summary.get("stated_families")
-    partial = summary.get("partial_families")
+    swapped, partial = summary.get("swapped_families"), summary.get("partial_families")
     parts = ([f"{', '.join(found)}: no better than its most common answer given every time"] if found else []) + (
         [f"{', '.join(stated)}: no gain where the problem does not state its answer"] if stated else []) + (
+        [f"{', '.join(swapped)}: no gain beyond its answers given to other problems"] if swapped else []) + (
         [f"{', '.join(partial)}: no more answers paid in full"] if partial else [])
     unchecked = summary.get("unchecked")
     if unchecked:
         beyond = len(summary["both"]) - len(shortcut_families(summary))
-        parts.append(f"{len(unchecked)} of the {beyond} {'others' if parts else 'families'} not checked for partial "
-                     "credit alone: run before 2026-12-07")
+        parts.append(f"{len(unchecked)} of the {beyond} {'others' if parts else 'families'} not checked against their "
+                     "answers given to other problems or for partial credit alone: run before 2026-12-07")
     return f" ({'; '.join(parts)})" if parts else ""
 
 
-def paid_in_full_cell(r: dict, ci) -> str:
-    """The Mean@k cell's tail where the grader paid partial credit: the gain in answers paid in full."""
-    return f"; answers paid in full: {ci(r['diff_full_credit'])}" if r.get("diff_full_credit") else ""
+def gain_checks(r: dict, ci) -> str:
+    """The Mean@k cell's tail: the gain beyond the learned answers given to other problems (what they earned there),
+    and where the grader paid partial credit, the gain in answers paid in full."""
+    swapped = (f"; beyond its answers given to other problems ({r['swapped_mean']:.3f}): "
+               f"{ci(r['diff_beyond_swapped'])}" if r.get("diff_beyond_swapped") else "")
+    return swapped + (f"; answers paid in full: {ci(r['diff_full_credit'])}" if r.get("diff_full_credit") else "")
 
 
 def same(r: dict) -> str:

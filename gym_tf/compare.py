@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
+import random
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -42,6 +43,10 @@ class Arm:
     # where the reward pays partial credit, the share of answers given full credit against the baseline's: a gain in
     # partial credit alone (a legal move that is not the answer, the answer's form) is not more right answers
     full_credit_vs_baseline: Estimate | None = None
+    # Mean@k of this arm's answers given instead to other problems (`swapped_means`), and, per problem, its Mean@k
+    # less that against the baseline's: a gain there is answers fitted to their own problems, not a prior over answers
+    swapped_mean: float | None = None
+    vs_baseline_beyond_swapped: Estimate | None = None
     held_in_library: list[str] = field(default_factory=list)  # problems the library holds verbatim: not held out
     copies: Copies | None = None  # the answers that repeat a worked example shown to them (None: no examples shown)
     same_as: str | None = None  # an earlier arm that sends the same prompts, whose samples this one shares
@@ -61,6 +66,8 @@ class Arm:
                 "mean_vs_baseline_uncommon": est(self.vs_baseline_uncommon),
                 "mean_vs_baseline_unstated": est(self.vs_baseline_unstated),
                 "full_credit_vs_baseline": est(self.full_credit_vs_baseline),
+                "swapped_mean": self.swapped_mean,
+                "mean_vs_baseline_beyond_swapped": est(self.vs_baseline_beyond_swapped),
                 "copies": self.copies and self.copies.to_dict(),
                 "problems_held_in_library": self.held_in_library, "same_as": self.same_as}
 
@@ -170,6 +177,30 @@ async def constant_answer(problems: list[Problem], reward: Callable[..., Any]) -
     return ConstantAnswer(answer, scores)
 
 
+SWAP_ROUNDS = 4  # the other problems each problem's answers are given to
+
+
+async def swapped_means(report: EvalReport, problems: list[Problem], reward: Callable[..., Any],
+                        seed: int) -> dict[str, float]:
+    """Per problem, the mean reward its answers earn when given instead to `SWAP_ROUNDS` other problems (each round
+    shifts a seeded order of the problems by an offset of its own, so no problem's answers meet their own problem,
+    and every arm compared with the same seed meets the same others). Answers no more right on their own problems
+    than on others are a prior over answers, not solving: the most common answer every time (mahjong_puzzle's
+    Pass), partial credit any answer in the form earns (tsumego's 0.05 for a legal move), an answer any problem pays
+    (puzzle24's grader takes any expression that makes 24), or a spread of likely answers (rotten_oranges' -1 and
+    small counts)."""
+    order = [p for p in problems if p.id in report.rollouts]
+    random.Random(seed).shuffle(order)
+    offsets = random.Random(seed).sample(range(1, len(order)), min(SWAP_ROUNDS, len(order) - 1))
+    paid: dict[str, list[float]] = {p.id: [] for p in order}
+    for offset in offsets:
+        for i, own in enumerate(order):
+            other = order[(i + offset) % len(order)]
+            answers = [r.completion for r in report.rollouts[own.id]]
+            paid[own.id] += [s or 0.0 for s in await score(reward, other, answers)] if answers else []
+    return {pid: sum(scores) / max(1, len(scores)) for pid, scores in paid.items()}
+
+
 def full_credit(report: EvalReport) -> dict[str, float]:
     """Per problem, the share of its answers the reward paid in full."""
     return {pid: sum((r.reward or 0.0) >= 1 for r in group) / max(1, len(group))
@@ -199,7 +230,8 @@ async def compare(backend: Backend, problems: list[Problem], reward: Callable[..
     test problems that end on a repeated term, 0.02 on the other 17). Where the reward paid partial credit to any
     answer, each arm's share of fully right answers is set against the baseline's (`full_credit`): tsumego pays 0.05
     for any legal move, and a library that taught the 0.5B to answer with a coordinate gained +0.047 with 1 right
-    answer in 96."""
+    answer in 96. And with `constant`, each arm's answers are given to other problems (`swapped_means`): the
+    gain beyond what they earn there is the part fitted to each problem."""
     arms: list[Arm] = []
     for name, library, learning_tokens in libraries:
         earlier = next((arm for arm, (_, done, _) in zip(arms, libraries) if renders_alike(done, library)), None)
@@ -244,7 +276,30 @@ async def compare(backend: Backend, problems: list[Problem], reward: Callable[..
             arm.full_credit_vs_baseline = paired_difference([right[arm.name][pid] for pid in base.rollouts],
                                                             [right[arms[0].name][pid] for pid in base.rollouts],
                                                             seed=seed)
+    if constant and len(problems) > 1:
+        await set_against_swapped(arms, problems, reward, seed, means)
     return Comparison(arms, len(problems), samples, seed, common)
+
+
+async def set_against_swapped(arms: list[Arm], problems: list[Problem], reward: Callable[..., Any], seed: int,
+                              means: dict[str, dict[str, float]]) -> None:
+    """Each arm's answers given to other problems (`swapped_means`; an arm sharing an earlier one's samples shares
+    its figures), and each arm's Mean@k beyond that, per problem, against the baseline's."""
+    swapped: dict[str, dict[str, float]] = {}
+    try:
+        for arm in arms:
+            swapped[arm.name] = (swapped[arm.same_as] if arm.same_as else
+                                 await swapped_means(arm.report, problems, reward, seed))
+    except RewardError as error:
+        logger.warning("answers given to other problems could not be graded, so they are not compared: %s", error)
+        return
+    base = arms[0]
+    beyond = {arm.name: [means[arm.name][pid] - swapped[arm.name][pid] for pid in base.report.rollouts]
+              for arm in arms}
+    for arm in arms:
+        arm.swapped_mean = sum(swapped[arm.name].values()) / len(swapped[arm.name])
+    for arm in arms[1:]:
+        arm.vs_baseline_beyond_swapped = paired_difference(beyond[arm.name], beyond[base.name], seed=seed)
 
 
 def plot(comparison: Comparison, path: str | Path, title: str = "") -> None:

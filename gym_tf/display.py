@@ -56,6 +56,10 @@ def comparison_table(comparison) -> Table:
     if any(a.vs_baseline_unstated for a in comparison.arms):
         row(f"Mean@{k} - {base.name}, where the problem does not state its answer",
             lambda a: str(a.vs_baseline_unstated) if a.vs_baseline_unstated else "-")
+    if any(a.swapped_mean is not None for a in comparison.arms):
+        row(f"Mean@{k} of its answers given to other problems", lambda a: f"{a.swapped_mean:.3f}")
+        row(f"Mean@{k} - {base.name}, beyond the answers given to other problems",
+            lambda a: str(a.vs_baseline_beyond_swapped) if a.vs_baseline_beyond_swapped else "-")
     if any(a.full_credit_vs_baseline for a in comparison.arms):
         row(f"answers paid in full - {base.name}'s",
             lambda a: str(a.full_credit_vs_baseline) if a.full_credit_vs_baseline else "-")

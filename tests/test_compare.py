@@ -2,6 +2,8 @@
 
 import json
 
+import pytest
+
 from fakes import ScriptedBackend
 from gym_tf.compare import compare, plot
 from gym_tf.config import OptimizeConfig
@@ -34,6 +36,8 @@ async def test_a_library_that_helps_shows_a_paired_gain_beyond_noise_and_beats_t
     # and the gain holds where the most common answer is wrong (the baseline has no such difference of its own)
     assert learned.vs_baseline_uncommon.low > 0.4 and none.vs_baseline_uncommon is None
     assert learned.full_credit_vs_baseline is None  # a grader that pays 1 or 0: the Mean@k gain says it all
+    # its answers fit their own problems: given to other problems they earn little, and the gain stands beyond that
+    assert learned.swapped_mean < 0.2 and learned.vs_baseline_beyond_swapped.low > 0.4
     assert result.extra_prompt_tokens(learned) > 0 == result.extra_prompt_tokens(none)
     # paired: both arms drew the same seeds for the same problems
     solves = [(c["problem"], c["seed"]) for c in backend.calls if c["stage"] == "solve"]
@@ -186,6 +190,8 @@ async def test_a_gain_that_is_the_most_common_answer_given_to_every_problem_is_n
     # on the two problems whose answer is False, the library gained nothing: the "gain" was the answer True
     assert learned.vs_baseline_uncommon.value == learned.vs_baseline_uncommon.high == 0
     assert none.mean_vs_constant.value == -0.75
+    # True given to other problems earns as much as on its own: no gain beyond answers given to other problems
+    assert learned.swapped_mean > 0.6 and learned.vs_baseline_beyond_swapped.low < 0 < learned.vs_baseline.low
     data = result.to_dict()
     assert data["constant_answer"] == {"answer": "True", "mean": 0.75} and data["arms"][1]["mean_vs_constant"]["value"] == 0
     console = Console(record=True, width=100)
@@ -298,12 +304,16 @@ async def test_a_gain_in_partial_credit_alone_is_set_against_the_answers_paid_in
             return "Black plays \\boxed{A1}"
 
     arms = [("none", EMPTY_LIBRARY, 0), ("learned", library, 900)]
-    result = await compare(AnswersA1WhenShownExamples({}), problems, legal_move, 4, Sampling(), arms, seed=1,
-                           constant=False)
+    result = await compare(AnswersA1WhenShownExamples({}), problems, legal_move, 4, Sampling(), arms, seed=1)
     none, learned = result.arms
     assert learned.vs_baseline.low > 0  # a "gain" beyond noise: 0.05 on seven boards, 1 on one
     assert learned.vs_baseline.value == (7 * 0.05 + 1) / 8
     assert learned.full_credit_vs_baseline.value == 1 / 8 and learned.full_credit_vs_baseline.low <= 0
+    # A1 earns its 0.05 on any board, and 1 on board A1 whichever problem it was written for: given to other
+    # problems the answers earn what they earned on their own, so nothing of the gain is fitted to its problem
+    beyond = learned.vs_baseline_beyond_swapped
+    assert learned.swapped_mean == pytest.approx(learned.report.metrics.mean_at_k.value)
+    assert beyond.value == pytest.approx(0) and beyond.low < 0
     assert none.full_credit_vs_baseline is None
     assert result.to_dict()["arms"][1]["full_credit_vs_baseline"]["value"] == 1 / 8
     console = Console(record=True, width=120)

@@ -59,7 +59,8 @@ def test_the_archive_of_runs_is_the_readmes_table_on_clean_splits(report):
 def test_across_families_takes_each_familys_latest_row_at_the_defaults_and_resamples_families(report):
     def run(family, diff, vote, model="0.5B", learner="0.5B", items=3, **settings):
         return {"family": family, "model": model, "learner": learner, "diff": diff, "majority_diff": vote,
-                "items": items, "epochs": 2, "train": 16, "test": 24, "k": 4, "diff_full_credit": None} | settings
+                "items": items, "epochs": 2, "train": 16, "test": 24, "k": 4, "diff_full_credit": None,
+                "diff_beyond_swapped": None} | settings
 
     rows = [run("a", (0.2, 0.1, 0.3), (0.2, 0.05, 0.35)),  # newest first: this row speaks for family a
             run("b", (0.1, 0.02, 0.2), (0.1, -0.05, 0.25)),
@@ -125,7 +126,8 @@ def test_across_families_also_counts_every_run_at_the_defaults_and_each_familys_
 
     def run(family, diffs, **more):
         return {"family": family, "model": "0.5B", "learner": "0.5B", "diff": diffs[0], "majority_diff": diffs[1],
-                "items": 3, "epochs": 2, "train": 16, "test": 24, "k": 4, "diff_full_credit": None} | more
+                "items": 3, "epochs": 2, "train": 16, "test": 24, "k": 4, "diff_full_credit": None,
+                "diff_beyond_swapped": None} | more
 
     one_answer = {"constant": {"answer": "Yes", "mean": 0.9}, "mean_minus_constant": (-0.1, -0.2, 0.0),
                   "diff_where_constant_wrong": (0.0, -0.1, 0.1)}
@@ -138,8 +140,8 @@ def test_across_families_also_counts_every_run_at_the_defaults_and_each_familys_
     assert summary["best"] == {"both": ["a", "b"], "beyond": ["a"]}
     assert report.across_text(summary).rstrip().endswith(
         "Every row at the defaults, reruns included: 3 of 5 met both conditions, 1 beyond the most common answer, "
-        "any answer stated in the problem and partial credit alone where it was checked; by each family's best row, "
-        "2 of 3 families met both, 1 beyond them")
+        "any answer stated in the problem, and, where checked, answers given to other problems and partial credit "
+        "alone; by each family's best row, 2 of 3 families met both, 1 beyond them")
     # a gain all on test problems that state their own answer is a shortcut too: named apart, and not "beyond"
     copied = run("d", met, diff_where_unstated=(0.0, 0.0, 0.0))
     skilled = run("e", met, diff_where_unstated=(0.1, 0.02, 0.2))
@@ -158,23 +160,30 @@ def test_across_families_also_counts_every_run_at_the_defaults_and_each_familys_
     # a gain in partial credit alone (tsumego's 0.05 for a legal move) is a shortcut too, where it was recorded
     legal_moves = run("f", met, diff_full_credit=(0.01, 0.0, 0.03))
     more_right = run("g", met, diff_full_credit=(0.1, 0.02, 0.2))
-    unchecked = {k: v for k, v in skilled.items() if k != "diff_full_credit"}  # archived before it was recorded
-    summary = report.across_families([legal_moves, more_right, copied, unchecked])
+    # and so is a gain its answers earn as much of on other problems (a prior over answers)
+    prior = run("h", met, diff_beyond_swapped=(0.02, -0.05, 0.09), diff_full_credit=(0.0, 0.0, 0.0))
+    unchecked = {k: v for k, v in skilled.items() if k not in ("diff_full_credit", "diff_beyond_swapped")}
+    summary = report.across_families([legal_moves, more_right, prior, copied, unchecked])
     assert summary["partial_families"] == ["f"] and summary["stated_families"] == ["d"]
-    assert summary["every_run"] == {"runs": 4, "both": 4, "beyond": 2} and summary["best"]["beyond"] == ["e", "g"]
+    assert summary["swapped_families"] == ["h"]  # named once, by the first shortcut it meets
+    assert summary["every_run"] == {"runs": 5, "both": 5, "beyond": 2} and summary["best"]["beyond"] == ["e", "g"]
     assert summary["mean_diff_without_constant"].value == pytest.approx(0.2)  # e and g
     text = report.across_text(summary)
-    assert ("(d: no gain where the problem does not state its answer; f: no more answers paid in full; 1 of the 2 "
-            "others not checked for partial credit alone: run before 2026-12-07)") in text
-    assert f"({summary['mean_diff_without_constant']} without d, f)" in text
+    assert ("(d: no gain where the problem does not state its answer; h: no gain beyond its answers given to other "
+            "problems; f: no more answers paid in full; 1 of the 2 others not checked against their answers given "
+            "to other problems or for partial credit alone: run before 2026-12-07)") in text
+    assert f"({summary['mean_diff_without_constant']} without d, h, f)" in text
     # a row that recorded no partial credit (None) was checked; one without the field ran before it was recorded
     assert summary["unchecked"] == ["e"] and report.across_families([more_right, skilled])["unchecked"] == []
     cell = report.markdown([report.row(comparison_with_partial_credit())]).splitlines()[2]
-    assert "| +0.047 [+0.036, +0.068]; answers paid in full: +0.010 [+0.000, +0.031] |" in cell
+    assert ("| +0.047 [+0.036, +0.068]; beyond its answers given to other problems (0.058): +0.002 [-0.008, +0.013]; "
+            "answers paid in full: +0.010 [+0.000, +0.031] |") in cell
     binary, before = comparison_with_partial_credit(), comparison_with_partial_credit()
     binary["arms"][1]["full_credit_vs_baseline"] = None  # a grader that paid 1 or 0: checked, nothing to flag
-    del before["arms"][1]["full_credit_vs_baseline"]  # a comparison written before the field: not checked
-    assert report.row(binary)["diff_full_credit"] is None and "diff_full_credit" not in report.row(before)
+    for key in ("full_credit_vs_baseline", "swapped_mean", "mean_vs_baseline_beyond_swapped"):
+        del before["arms"][1][key]  # a comparison written before the fields: not checked
+    assert report.row(binary)["diff_full_credit"] is None and report.row(binary)["diff_beyond_swapped"]
+    assert not {"diff_full_credit", "diff_beyond_swapped", "swapped_mean"} & set(report.row(before))
 
 
 def comparison_with_partial_credit() -> dict:
@@ -189,7 +198,9 @@ def comparison_with_partial_credit() -> dict:
             "arms": [{**arm, "name": "none"}, {**arm, "mean_vs_baseline": est((0.047, 0.036, 0.068)),
                                                 "majority_vs_baseline": est((0.048, 0.037, 0.068)),
                                                 "mean_vs_baseline_majority": est((0.047, 0.036, 0.068)),
-                                                "full_credit_vs_baseline": est((0.010, 0.0, 0.031))}],
+                                                "full_credit_vs_baseline": est((0.010, 0.0, 0.031)),
+                                                "swapped_mean": 0.058,
+                                                "mean_vs_baseline_beyond_swapped": est((0.002, -0.008, 0.013))}],
             "cpu": newest["cpu"]}
 
 
@@ -208,7 +219,7 @@ def test_runs_at_other_training_sizes_or_epochs_are_counted_apart_on_a_line_of_t
             "family": family, "model": "0.5B", "learner": "0.5B", "diff": diffs[0], "majority_diff": diffs[1],
             "items": 3, "epochs": epochs, "train": train, "test": 24, "k": 4, "constant": None,
             "diff_where_constant_wrong": None, "mean_minus_constant": None, "diff_where_unstated": None,
-            "diff_full_credit": None} | more
+            "diff_full_credit": None, "diff_beyond_swapped": None} | more
         # whatever else the newest row has
 
     rows = [run("d (--epochs 1 --train 48)", met, 48, 1),

@@ -299,6 +299,10 @@ def test_an_evaluation_whose_grader_paid_partial_credit_shows_the_answers_paid_i
     html = get(client, f"/ui/evaluations/{evaluation}").text
     assert "answers paid in full − baseline" in html
     assert f"<td>{paid.value:+.3f} [{paid.low:+.3f}, {paid.high:+.3f}]</td>" in html
+    beyond = comparison.arms[1].vs_baseline_beyond_swapped  # and its answers given to other problems
+    assert data["arms"][1]["swapped_mean"] == comparison.arms[1].swapped_mean
+    assert f"<td class=\"num\">{comparison.arms[1].swapped_mean:.3f}</td>" in html
+    assert f"<td>{beyond.value:+.3f} [{beyond.low:+.3f}, {beyond.high:+.3f}]</td>" in html
 
 
 def test_ledger_root_inclusion_publications_and_anchors(ws, client):
