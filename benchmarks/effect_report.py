@@ -1,7 +1,7 @@
 """The learning-effect benchmark's results: a table row from each family's comparison, the README's table and its
 across-families lines (with the shortcuts a gain can hide: the test split's most common answer, an answer the
-problem states, answers that earn as much on other problems, partial credit alone), the archive of every run (`benchmarks/results/learning_effect.json`), and
-the plot of them all."""
+problem states, answers that earn as much on other problems, partial credit alone), the archive of every run
+(`benchmarks/results/learning_effect.json`), and the plot of them all."""
 
 from __future__ import annotations
 
@@ -22,6 +22,8 @@ README = Path(__file__).resolve().parents[1] / "README.md"
 TABLE_MARK = "<!-- learning-effect-table -->"
 # the settings a count across families is kept apart by: each (training problems, epochs) run gets a line of its own
 COUNTED_APART = ("train", "epochs")
+# an interval's low end at or under this is at 0: a difference of equal sums can come out 5e-18 in floating point
+NOISE_FLOOR = 1e-9
 
 
 def as_run(c: dict) -> dict[str, str]:
@@ -84,9 +86,10 @@ def row(c: dict) -> dict:
         {"diff_full_credit": learned["full_credit_vs_baseline"] and interval(learned["full_credit_vs_baseline"])}
         if "full_credit_vs_baseline" in learned else {}) | (
         # Mean@k of the learned arm's answers given to other problems, and its gain beyond that (since 2026-12-07)
-        {"swapped_mean": learned["swapped_mean"], "diff_beyond_swapped": learned["mean_vs_baseline_beyond_swapped"]
-         and interval(learned["mean_vs_baseline_beyond_swapped"])}
-        if "mean_vs_baseline_beyond_swapped" in learned else {})
+        # (None: not measured, a row without the keys: not checked)
+        {"swapped_mean": learned["swapped_mean"],
+         "diff_beyond_swapped": interval(learned["mean_vs_baseline_beyond_swapped"])}
+        if learned.get("mean_vs_baseline_beyond_swapped") else {})
 
 
 def level_text(c: dict) -> str:
@@ -380,8 +383,8 @@ def every_run_text(summary: dict) -> str:
     where = f"at {setting_text(summary['setting'])}" if summary.get("setting") else "at the defaults"
     return (f". Every row {where}, reruns included: {every['both']} of {every['runs']} met both conditions, "
             f"{every['beyond']} beyond the most common answer, any answer stated in the problem, and, where checked, "
-            f"answers given to other problems and partial credit alone; by each family's best row, {len(best['both'])} of {summary['families']} "
-            f"families met both, {len(best['beyond'])} beyond them")
+            "answers given to other problems and partial credit alone; by each family's best row, "
+            f"{len(best['both'])} of {summary['families']} families met both, {len(best['beyond'])} beyond them")
 
 
 def no_gain_where_unstated(r: dict) -> bool:
@@ -393,14 +396,14 @@ def no_gain_where_unstated(r: dict) -> bool:
 def no_full_credit_gain(r: dict) -> bool:
     """Whether a run's gain may be partial credit alone (tsumego pays 0.05 for any legal move): where its grader
     paid partial credit, no gain beyond noise in the answers paid in full."""
-    return bool(r.get("diff_full_credit")) and r["diff_full_credit"][1] <= 0
+    return bool(r.get("diff_full_credit")) and r["diff_full_credit"][1] <= NOISE_FLOOR
 
 
 def no_gain_beyond_swapped(r: dict) -> bool:
     """Whether a run's gain may be a prior over answers (its most common answer, the answer's form, an answer any
     problem pays, a spread of likely answers): where recorded, its answers given to other problems earn about as
     much, so the gain beyond that is not beyond noise."""
-    return bool(r.get("diff_beyond_swapped")) and r["diff_beyond_swapped"][1] <= 0
+    return bool(r.get("diff_beyond_swapped")) and r["diff_beyond_swapped"][1] <= NOISE_FLOOR
 
 
 def shortcut_families(summary: dict) -> list[str]:

@@ -284,13 +284,14 @@ async def compare(backend: Backend, problems: list[Problem], reward: Callable[..
 async def set_against_swapped(arms: list[Arm], problems: list[Problem], reward: Callable[..., Any], seed: int,
                               means: dict[str, dict[str, float]]) -> None:
     """Each arm's answers given to other problems (`swapped_means`; an arm sharing an earlier one's samples shares
-    its figures), and each arm's Mean@k beyond that, per problem, against the baseline's."""
+    its figures), and each arm's Mean@k beyond that, per problem, against the baseline's. A reward that fails on
+    another problem's row leaves both unset (None: not measured), and the comparison stands."""
     swapped: dict[str, dict[str, float]] = {}
     try:
         for arm in arms:
             swapped[arm.name] = (swapped[arm.same_as] if arm.same_as else
                                  await swapped_means(arm.report, problems, reward, seed))
-    except RewardError as error:
+    except Exception as error:  # noqa: BLE001  a measure beside the comparison must not cost the comparison
         logger.warning("answers given to other problems could not be graded, so they are not compared: %s", error)
         return
     base = arms[0]

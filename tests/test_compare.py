@@ -1,5 +1,6 @@
 """Several libraries on the same problems and seeds: paired differences, the majority baseline, the cost."""
 
+import hashlib
 import json
 
 import pytest
@@ -280,6 +281,31 @@ def test_an_answer_copies_an_example_when_most_of_its_words_repeat_the_solution(
     assert copies_example(" ".join(words[:len(words) * 8 // 10]), [solution])
     assert not copies_example(" ".join(words[:len(words) * 6 // 10]), [solution])
     assert not copies_example(" ".join([solution] * 20), [solution])  # a loop of it is no longer the same answer
+
+
+async def test_a_reward_that_fails_on_answers_given_to_other_problems_leaves_the_comparison_standing():
+    """Answers given to other problems are a measure beside the comparison: a reward that raises there (a grader
+    that reads the problem's own entry, say) leaves them unmeasured (None), and every other figure as it was."""
+    problems = load_dataset("quickstart")[:6]
+    library, _ = apply_ops(EMPTY_LIBRARY, [ExampleOp(op="example", text="Problem: 2+2?\nSolution: \\boxed{4}")],
+                           step=1)
+    arms = [("none", EMPTY_LIBRARY, 0), ("learned", library, 900)]
+    right = {p.problem: p.answer for p in problems}
+    graded = []
+
+    def own_only(completions, answer, problem, **_):  # raises on answers written for another problem
+        graded.append(problem)
+        if any(f"{hashlib.sha256(problem.encode()).hexdigest()[:4]} " not in c for c in completions):
+            raise TypeError("an answer to another problem")
+        return math_reward(completions, answer)
+
+    result = await compare(HelpedByExamples(right), problems, own_only, 2, Sampling(), arms, seed=1)
+    plain = await compare(HelpedByExamples(right), problems, math_reward, 2, Sampling(), arms, seed=1)
+    learned = result.arms[1]
+    assert learned.swapped_mean is None and learned.vs_baseline_beyond_swapped is None
+    assert result.to_dict()["arms"][1]["mean_vs_baseline_beyond_swapped"] is None
+    assert learned.vs_baseline == plain.arms[1].vs_baseline and plain.arms[1].vs_baseline_beyond_swapped is not None
+    assert len(graded) > 2 * len(problems)  # it was tried, after every group had been graded on its own problem
 
 
 def legal_move(completions, answer, **_):

@@ -184,6 +184,11 @@ def test_across_families_also_counts_every_run_at_the_defaults_and_each_familys_
         del before["arms"][1][key]  # a comparison written before the fields: not checked
     assert report.row(binary)["diff_full_credit"] is None and report.row(binary)["diff_beyond_swapped"]
     assert not {"diff_full_credit", "diff_beyond_swapped", "swapped_mean"} & set(report.row(before))
+    unmeasured = comparison_with_partial_credit()  # a reward that failed on other problems: not checked either
+    unmeasured["arms"][1] |= {"swapped_mean": None, "mean_vs_baseline_beyond_swapped": None}
+    assert "diff_beyond_swapped" not in report.row(unmeasured)
+    # an interval of equal sums can end 5e-18 above 0 (puzzle24's): that is 0, within noise
+    assert report.no_gain_beyond_swapped({"diff_beyond_swapped": (2.1e-17, 4.6e-18, 3.7e-17)})
 
 
 def comparison_with_partial_credit() -> dict:
