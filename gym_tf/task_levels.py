@@ -183,18 +183,21 @@ def rows(family: str, size: int, seed: int, level: int | None = None) -> list[di
 
 
 def _made(family: str, size: int, seed: int, level: int | None) -> list[list[str]]:
-    """Each problem's question, answer and entry (what the grader reads), as text. A problem whose grader does not
-    give its own answer full marks once the entry is stored is left out (no answer of the model could be graded
-    right), and so is one whose grader gives full marks to text that answers nothing (every answer would be graded
-    right); a family with no other problem is refused here, before anything is sampled."""
+    """Each problem's question, answer and entry (what the grader reads), as text. A problem the generator fails to
+    make is left out (countdown gives up on 1 seed in a few hundred: "Failed to generate valid expression after 100
+    attempts"), and so is one whose grader does not give its own answer full marks once the entry is stored (no
+    answer of the model could be graded right), and one whose grader gives full marks to text that answers nothing
+    (every answer would be graded right); a family with no other problem is refused here, before anything is
+    sampled."""
     import reasoning_gym
 
     from rewards.reasoning_gym import accepts_anything, entry_text, read_entry, reference_grade
 
     try:
         settings = level_config(family, level) if level is not None else {}
+        generated = made_apart(family, reasoning_gym.create_dataset(family, size=size, seed=seed, **settings))
         made = [[e["question"], NO_SINGLE_ANSWER if e["answer"] is None else str(e["answer"]), entry_text(e)]
-                for e in reasoning_gym.create_dataset(family, size=size, seed=seed, **settings)]
+                for e in generated]
         entries = [read_entry(text) for _, _, text in made]
         grades = [reference_grade(family, entry) for entry in entries]
         lenient = {i for i, entry in enumerate(entries) if accepts_anything(family, entry)}
@@ -216,6 +219,23 @@ def _made(family: str, size: int, seed: int, level: int | None) -> list[list[str
         print(f"{family}: {len(lenient)} of {len(made)} problems left out: the grader gives full marks to any answer",
               file=sys.stderr)
     return [row for i, row in enumerate(made) if i not in failed | lenient]
+
+
+def made_apart(family: str, dataset: Any) -> list[dict[str, Any]]:
+    """Each of a reasoning-gym dataset's problems that its generator makes: one that raises is left out (with a line
+    on stderr saying how many), the first error raised again where it made none."""
+    made, failed = [], []
+    for index in range(len(dataset)):
+        try:
+            made.append(dataset[index])
+        except Exception as error:  # noqa: BLE001  one seed the generator gives up on is not the family
+            failed.append(error)
+    if failed and not made:
+        raise failed[0]
+    if failed:
+        print(f"{family}: {len(failed)} of {len(dataset)} problems left out: the generator could not make them "
+              f"({type(failed[0]).__name__}: {failed[0]})", file=sys.stderr)
+    return made
 
 
 # The child's stdout is its reply: what a generator prints (codeio does) goes to stderr. -P: the gym_tf of PYTHONPATH,

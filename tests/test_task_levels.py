@@ -335,6 +335,28 @@ def test_a_generator_that_fails_is_an_error_of_its_own_not_too_few_problems():
     assert child.returncode == 1 and "GenerationError: reasoning-gym could not make no_such_family" in child.stderr
 
 
+def test_a_problem_the_generator_gives_up_on_is_left_out_not_the_family(capfd):
+    """countdown at level 1 gives up on seed 1206000100 ("Failed to generate valid expression after 100 attempts"),
+    one of the 384 problems the benchmark's splits drew for draw-1206, which refused the whole family: the problems
+    around it are made, and the one is left out with a line saying so. One that makes none is the family's error."""
+    made = task_levels.rows("countdown", 3, 1_206_000_099, 1)
+    assert [r["id"] for r in made] == ["countdown-1206000099-0", "countdown-1206000099-1"]  # numbered as made
+    assert "countdown: 1 of 3 problems left out: the generator could not make them (ValueError: Failed" in \
+        capfd.readouterr().err
+    assert made[0]["problem"] == task_levels.rows("countdown", 1, 1_206_000_099, 1)[0]["problem"]
+    assert made[1]["problem"] == task_levels.rows("countdown", 1, 1_206_000_101, 1)[0]["problem"]
+
+    class NeverMade:
+        def __len__(self):
+            return 2
+
+        def __getitem__(self, index):
+            raise ValueError(f"no problem {index}")
+
+    with pytest.raises(ValueError, match="no problem 0"):
+        task_levels.made_apart("nothing", NeverMade())
+
+
 @pytest.mark.parametrize("family, level", [("decimal_chain_sum", 0), ("basic_arithmetic", 0), ("chain_sum", None)])
 def test_splits_are_disjoint_by_problem_text_and_avoid_what_the_probes_showed(family, level):
     probes = {r["problem"] for r in task_levels.rows(family, 8, 13_000_000, level)}  # the splits' own first items
