@@ -253,9 +253,10 @@ async def compare(backend: Backend, problems: list[Problem], reward: Callable[..
                                                           seed=seed)
     means = {arm.name: dict(zip(arm.report.rollouts, arm.report.per_problem_mean())) for arm in arms}
 
-    def gain_on(arm: Arm, pids: list[str]) -> Estimate:
-        return paired_difference([means[arm.name][pid] for pid in pids], [means[arms[0].name][pid] for pid in pids],
-                                 seed=seed)
+    def gain_on(arm: Arm, pids: list[str], per_problem: dict[str, dict[str, float]] = means) -> Estimate:
+        """`arm`'s figure against the baseline's on `pids`, paired per problem (Mean@k unless `per_problem`)."""
+        return paired_difference([per_problem[arm.name][pid] for pid in pids],
+                                 [per_problem[arms[0].name][pid] for pid in pids], seed=seed)
 
     common = await constant_answer(problems, reward) if constant else None
     if common:
@@ -273,34 +274,31 @@ async def compare(backend: Backend, problems: list[Problem], reward: Callable[..
     if any(0 < (r.reward or 0.0) < 1 for arm in arms for group in arm.report.rollouts.values() for r in group):
         right = {arm.name: full_credit(arm.report) for arm in arms}
         for arm in arms[1:]:
-            arm.full_credit_vs_baseline = paired_difference([right[arm.name][pid] for pid in base.rollouts],
-                                                            [right[arms[0].name][pid] for pid in base.rollouts],
-                                                            seed=seed)
-    if constant and len(problems) > 1:
-        await set_against_swapped(arms, problems, reward, seed, means)
+            arm.full_credit_vs_baseline = gain_on(arm, list(base.rollouts), right)
+    swapped = await swapped_by_arm(arms, problems, reward, seed) if constant and len(problems) > 1 else None
+    if swapped:
+        beyond = {name: {pid: mean - swapped[name][pid] for pid, mean in means[name].items()} for name in swapped}
+        for arm in arms:
+            arm.swapped_mean = sum(swapped[arm.name].values()) / len(swapped[arm.name])
+        for arm in arms[1:]:
+            arm.vs_baseline_beyond_swapped = gain_on(arm, list(base.rollouts), beyond)
     return Comparison(arms, len(problems), samples, seed, common)
 
 
-async def set_against_swapped(arms: list[Arm], problems: list[Problem], reward: Callable[..., Any], seed: int,
-                              means: dict[str, dict[str, float]]) -> None:
+async def swapped_by_arm(arms: list[Arm], problems: list[Problem], reward: Callable[..., Any],
+                         seed: int) -> dict[str, dict[str, float]] | None:
     """Each arm's answers given to other problems (`swapped_means`; an arm sharing an earlier one's samples shares
-    its figures), and each arm's Mean@k beyond that, per problem, against the baseline's. A reward that fails on
-    another problem's row leaves both unset (None: not measured), and the comparison stands."""
+    its figures), by arm name; None where the reward fails on another problem's row: a measure beside the comparison
+    must not cost the comparison, so it is left unmeasured."""
     swapped: dict[str, dict[str, float]] = {}
     try:
         for arm in arms:
             swapped[arm.name] = (swapped[arm.same_as] if arm.same_as else
                                  await swapped_means(arm.report, problems, reward, seed))
-    except Exception as error:  # noqa: BLE001  a measure beside the comparison must not cost the comparison
+    except Exception as error:  # noqa: BLE001  see the docstring
         logger.warning("answers given to other problems could not be graded, so they are not compared: %s", error)
-        return
-    base = arms[0]
-    beyond = {arm.name: [means[arm.name][pid] - swapped[arm.name][pid] for pid in base.report.rollouts]
-              for arm in arms}
-    for arm in arms:
-        arm.swapped_mean = sum(swapped[arm.name].values()) / len(swapped[arm.name])
-    for arm in arms[1:]:
-        arm.vs_baseline_beyond_swapped = paired_difference(beyond[arm.name], beyond[base.name], seed=seed)
+        return None
+    return swapped
 
 
 def plot(comparison: Comparison, path: str | Path, title: str = "") -> None:
