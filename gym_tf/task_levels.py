@@ -178,12 +178,12 @@ def rows(family: str, size: int, seed: int, level: int | None = None) -> list[di
     `rng.choice(list(letters - used))`), so one seed made other problems in every process, and a benchmark resumed
     with `--resume` found its training set changed."""
     made = _in_child(family, size, seed, level) if sys.flags.hash_randomization else _made(family, size, seed, level)
-    return [{"id": f"{family}-{seed}-{i}", "problem": problem, "answer": answer, "rg_task": family, "rg_entry": entry}
-            for i, (problem, answer, entry) in enumerate(made)]
+    return [{"id": f"{family}-{seed}-{i}", "problem": problem, "answer": answer, "rg_task": family, "rg_entry": entry,
+             "rg_config": settings} for i, (problem, answer, entry, settings) in enumerate(made)]
 
 
 def _made(family: str, size: int, seed: int, level: int | None) -> list[list[str]]:
-    """Each problem's question, answer and entry (what the grader reads), as text. A problem the generator fails to
+    """Each problem's question, answer, entry and settings (what the grader reads and is built with), as text. A problem the generator fails to
     make is left out (countdown gives up on 1 seed in a few hundred: "Failed to generate valid expression after 100
     attempts"), and so is one whose grader does not give its own answer full marks once the entry is stored (no
     answer of the model could be graded right), and one whose grader gives full marks to text that answers nothing
@@ -191,16 +191,17 @@ def _made(family: str, size: int, seed: int, level: int | None) -> list[list[str
     sampled."""
     import reasoning_gym
 
-    from rewards.reasoning_gym import accepts_anything, entry_text, read_entry, reference_grade
+    from rewards.reasoning_gym import accepts_anything, entry_text, read_entry, reference_grade, settings_text
 
     try:
         settings = level_config(family, level) if level is not None else {}
+        graded_by = settings_text(family, settings)
         generated = made_apart(family, reasoning_gym.create_dataset(family, size=size, seed=seed, **settings))
-        made = [[e["question"], NO_SINGLE_ANSWER if e["answer"] is None else str(e["answer"]), entry_text(e)]
-                for e in generated]
-        entries = [read_entry(text) for _, _, text in made]
-        grades = [reference_grade(family, entry) for entry in entries]
-        lenient = {i for i, entry in enumerate(entries) if accepts_anything(family, entry)}
+        made = [[e["question"], NO_SINGLE_ANSWER if e["answer"] is None else str(e["answer"]), entry_text(e),
+                 graded_by] for e in generated]
+        entries = [read_entry(text) for _, _, text, _ in made]
+        grades = [reference_grade(family, entry, graded_by) for entry in entries]
+        lenient = {i for i, entry in enumerate(entries) if accepts_anything(family, entry, graded_by)}
     except Exception as error:
         raise GenerationError(f"reasoning-gym could not make {family} problems: {type(error).__name__}: "
                               f"{error}") from error

@@ -427,10 +427,10 @@ def test_a_family_whose_grader_fails_its_own_answer_is_refused_before_anything_i
     row, other = task_levels.rows("leg_counting", 2, 7, 0)
     real = rg._grader("leg_counting")
     # one problem the grader fails is left out, the others are kept
-    monkeypatch.setattr(rg, "_grader", lambda task: lambda answer, e: 0.5 if e["question"] == row["problem"]
-                        else real(answer, e))
+    monkeypatch.setattr(rg, "_grader", lambda task, settings="{}": lambda answer, e: 0.5
+                        if e["question"] == row["problem"] else real(answer, e))
     assert [r[0] for r in task_levels._made("leg_counting", 2, 7, 0)] == [other["problem"]]
-    monkeypatch.setattr(rg, "_grader", lambda task: lambda answer, entry: 0.5)
+    monkeypatch.setattr(rg, "_grader", lambda task, settings="{}": lambda answer, entry: 0.5)
     with pytest.raises(task_levels.GenerationError, match=r"leg_counting problems gym-tf can grade: its grader gives "
                                                           r"problem 0's own answer '\d+' 0\.50"):
         task_levels._made("leg_counting", 2, 7, 0)
@@ -441,6 +441,36 @@ def test_a_family_whose_grader_fails_its_own_answer_is_refused_before_anything_i
     no_answer = json.dumps({**json.loads(row["rg_entry"]), "answer": None})
     assert rg.reference_grade("leg_counting", json.loads(no_answer)) is None
     assert rg.score(["\\boxed{3}"], "leg_counting", no_answer) == [0.5]
+
+
+def test_a_row_made_at_a_level_is_graded_by_the_grader_of_that_levels_settings():
+    """Some graders read their generator's settings, and were built at the family's defaults whatever level made
+    the problems: time_intervals' partial credit is 1 - error / max_time_difference_seconds (60 s at level 0, 86400
+    at the defaults), so an answer 10 s off earned 0.9999; puzzle24's grader pays any four numbers in the settings'
+    range (1 to 5 at level 0, 1 to 10 at the defaults); word_ladder's grader had no words of three letters and failed
+    its own answers, so the family could not be run (2026-12-07). Real generators, real graders, through the rows."""
+    from rewards.reasoning_gym import score
+
+    timed = next(r for r in task_levels.rows("time_intervals", 40, 1206, 0)
+                 if json.loads(r["rg_entry"])["metadata"]["task_type"] == "time_seconds")
+    assert json.loads(timed["rg_config"])["max_time_difference_seconds"] == 60
+    hours, minutes, seconds = (int(part) for part in timed["answer"].split(":"))
+    late = hours * 3600 + minutes * 60 + seconds + 10
+    off = f"\\boxed{{{late // 3600:02d}:{late // 60 % 60:02d}:{late % 60:02d}}}"
+    right = f"\\boxed{{{timed['answer']}}}"
+    assert score([right, off], "time_intervals", timed["rg_entry"], timed["rg_config"]) == [1.0, pytest.approx(5 / 6)]
+    assert score([off], "time_intervals", timed["rg_entry"])[0] > 0.999  # the defaults' grader, as before the fix
+
+    puzzle = task_levels.rows("puzzle24", 1, 1206, 0)[0]
+    assert json.loads(puzzle["rg_config"]) == {"max_value": 5}
+    out_of_range = "\\boxed{8*3*1*1}"  # makes 24, with a number level 0 never gives
+    assert score([out_of_range], "puzzle24", puzzle["rg_entry"], puzzle["rg_config"])[0] < 1
+    assert score([out_of_range], "puzzle24", puzzle["rg_entry"]) == [1.0]
+
+    ladders = task_levels.rows("word_ladder", 8, 1206, 0)
+    three = next(r for r in ladders if len(r["answer"].split(",")[0]) == 3)
+    assert score([f"\\boxed{{{three['answer']}}}"], "word_ladder", three["rg_entry"], three["rg_config"]) == [1.0]
+    assert task_levels.rows("leg_counting", 1, 7)[0]["rg_config"] == "{}"  # the defaults: nothing to carry
 
 
 def test_an_answer_in_latex_is_graded_as_plain_text_too():
