@@ -371,6 +371,7 @@ def test_the_plot_draws_every_run_once_and_stars_the_runs_of_an_earlier_rule_or_
         "codeio 76, 0.5B, 2 epochs, no library 0.00 *",  # the same
         "bitwise_arithmetic 75, 0.5B, 2 epochs, no library 0.00 *",  # the same
         "decimal_arithmetic 75, 0.5B, 2 epochs, no library 0.07 *",  # the same
+        "time_intervals 75, 0.5B, 2 epochs, no library 0.15 *",  # graded at the generator's default settings (before d60d27f)
         "basic_arithmetic 74, 0.5B, 2 epochs, 48 problems, no library 0.53 *",  # --train 48
         "fraction_simplification 74, 0.5B, 2 epochs, 48 problems, no library 0.14 *",  # the same
         "fraction_simplification 73, 0.5B, 48 problems, no library 0.06 *",  # --epochs 1 --train 48
@@ -395,6 +396,7 @@ def test_the_plot_draws_every_run_once_and_stars_the_runs_of_an_earlier_rule_or_
         "isomorphic_strings 45, 0.5B, 2 epochs, no library 0.03 *",  # the same
         "decimal_chain_sum 9, 0.5B, 2 epochs, no library 0.24 *",  # an earlier rule
         "lcm 12, 0.5B, 2 epochs, no library 0.01 *",  # --examples-as-turns off --labeled-examples off
+        "time_intervals 31, 0.5B, 2 epochs, no library 0.49 *",  # graded at the generator's default settings (before d60d27f)
         "spell_backward 9, 0.5B, 2 epochs, no library 0.22 *",  # the same
         "gcd 7, 0.5B, 2 epochs, no library 0.10 *",  # the same
         "prime_factorization 41, 0.5B, 2 epochs, no library 0.00 *",  # the same
@@ -404,12 +406,14 @@ def test_the_plot_draws_every_run_once_and_stars_the_runs_of_an_earlier_rule_or_
         "letter_counting 5, 0.5B, no library 0.17 *",  # an earlier rule
         "coin_flip 5, 0.5B, no library 0.00 *",  # --examples-as-turns off --labeled-examples off
         "coin_flip 5, 0.5B, no library 0.03 *",  # the same
-        "gcd 7, 0.5B, no library 0.08 *",  # the same
-        "prime_factorization 41, 0.5B, no library 0.00 *",  # the same
+        "decimal_arithmetic 31, 0.5B (learner 1.5B), no library 0.04 *",  # graded at the generator's default settings (before d60d27f)
+        "gcd 7, 0.5B, no library 0.08 *",  # --examples-as-turns off --labeled-examples off
+        "decimal_arithmetic 31, 1.5B, no library 0.18 *",  # graded at the generator's default settings (before d60d27f)
+        "prime_factorization 41, 0.5B, no library 0.00 *",  # --examples-as-turns off --labeled-examples off
+        "time_intervals 31, 0.5B, no library 0.46 *",  # graded at the generator's default settings (before d60d27f)
+        "decimal_arithmetic 31, 0.5B, no library 0.05 *",  # the same
         "basic_arithmetic 13, 0.5B, no library 0.68 *",  # an earlier rule
         "decimal_chain_sum 11, 0.5B, no library 0.25 *"]  # an earlier rule
-    assert {"decimal_arithmetic 31, 1.5B, no library 0.18", "decimal_arithmetic 31, 0.5B, no library 0.05",
-            "decimal_arithmetic 31, 0.5B (learner 1.5B), no library 0.04"} < set(labels)
     assert {"simple_equations 21, 0.5B, 2 epochs, no library 0.15", "simple_equations 21, 0.5B, no library 0.15",
             "fraction_simplification 11, 0.5B, 2 epochs, no library 0.10",
             "letter_counting 5, 0.5B, 2 epochs, no library 0.19"} < set(labels)
@@ -419,7 +423,7 @@ def test_the_plot_draws_every_run_once_and_stars_the_runs_of_an_earlier_rule_or_
 
 def test_a_rows_wall_time_names_its_cpu_and_an_empty_library_has_nothing_to_prune(report):
     [row] = [r for r in json.loads(ARCHIVE.read_text(encoding="utf-8"))
-             if r["family"] == "time_intervals" and r.get("epochs") is None]
+             if r["family"].startswith("time_intervals (graded") and r.get("epochs") is None]
     assert report.wall(row) == "36 min, AMD EPYC (AVX2), shared with an install and short runs"
     assert report.wall({**row, "cpu": None, "note": None}) == "36 min"
     assert (report.wall({**row, "epochs": 2})
@@ -440,7 +444,7 @@ def test_a_rows_wall_time_names_its_cpu_and_an_empty_library_has_nothing_to_prun
 
 def test_the_items_cell_says_how_many_test_answers_copied_a_worked_example(report):
     [row] = [r for r in json.loads(ARCHIVE.read_text(encoding="utf-8"))
-             if r["family"] == "time_intervals" and r.get("epochs") is None]
+             if r["family"].startswith("time_intervals (graded") and r.get("epochs") is None]
     assert "copies" not in row and report.same(row) == ""  # recorded since 2026-11-28
     copied = {"copied": 61, "of": 96, "share": 61 / 96, "mean_reward": 0.148}
     assert report.same({**row, "copies": copied}) == "; 64% of its test answers copy an example (61 of 96, right 0.15)"
