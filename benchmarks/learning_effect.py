@@ -97,6 +97,9 @@ def splits(family: str, args: argparse.Namespace, folder: Path, level: int | Non
             task_levels.write_rows(rows[a:b], path)
         return *paths, "math"
     if args.resume and all(path.exists() for path in paths):  # what the stopped run started on, never drawn again
+        for path in paths:
+            rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
+            task_levels.check_settings_carried(family, level, rows)
         return *paths, task_levels.REWARD
     probed = frozenset(p.problem for level in (calibration.rates if calibration else ())
                        for p in load_dataset(str(folder / f"probe-level{level}.jsonl")))

@@ -183,12 +183,12 @@ def rows(family: str, size: int, seed: int, level: int | None = None) -> list[di
 
 
 def _made(family: str, size: int, seed: int, level: int | None) -> list[list[str]]:
-    """Each problem's question, answer, entry and settings (what the grader reads and is built with), as text. A problem the generator fails to
-    make is left out (countdown gives up on 1 seed in a few hundred: "Failed to generate valid expression after 100
-    attempts"), and so is one whose grader does not give its own answer full marks once the entry is stored (no
-    answer of the model could be graded right), and one whose grader gives full marks to text that answers nothing
-    (every answer would be graded right); a family with no other problem is refused here, before anything is
-    sampled."""
+    """Each problem's question, answer, entry and settings (what its grader reads, and is built with), as text. A
+    problem the generator fails to make is left out (countdown gives up on 1 seed in a few hundred: "Failed to
+    generate valid expression after 100 attempts"), and so is one whose grader does not give its own answer full
+    marks once the entry is stored (no answer of the model could be graded right), and one whose grader gives full
+    marks to text that answers nothing (every answer would be graded right); a family with no other problem is refused
+    here, before anything is sampled."""
     import reasoning_gym
 
     from rewards.reasoning_gym import accepts_anything, entry_text, read_entry, reference_grade, settings_text
@@ -269,6 +269,19 @@ def _in_child(family: str, size: int, seed: int, level: int | None) -> list[list
         raise GenerationError(last if last.startswith("reasoning-gym could not") else
                               f"reasoning-gym could not make {family} problems in a child process: {last}")
     return json.loads(child.stdout)
+
+
+def check_settings_carried(family: str, level: int | None, rows: list[dict[str, str]]) -> None:
+    """Refuse rows written before each carried its generator's settings (`rg_config`, 2026-12-07) where `level`'s
+    settings are not the family's defaults: their grader would be the defaults' (time_intervals' partial credit 1440
+    times too generous at level 0), and a run resumed on them would grade as the run before the fix did."""
+    from rewards.reasoning_gym import settings_text
+
+    if level is None or all("rg_config" in row for row in rows):
+        return
+    if settings_text(family, level_config(family, level)) != "{}":
+        raise ConfigError(f"{family} problems at level {level} were written before rows carried the settings they "
+                          "were made with, so their grader would be the family's defaults': run again without --resume")
 
 
 def write(family: str, size: int, seed: int, path: Path, level: int | None = None) -> None:

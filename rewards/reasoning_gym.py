@@ -38,12 +38,16 @@ def _grader(task: str, settings: str = "{}") -> Callable[[str, dict], float]:
 
 
 def settings_text(task: str, settings: dict[str, Any]) -> str:
-    """The generator `settings` that differ from `task`'s defaults, as `rg_config` text (tuples kept, as in
-    `entry_text`). A setting JSON cannot hold is a TypeError: a grader built without it could grade wrongly."""
+    """The generator `settings` that differ from `task`'s defaults, in value or type (number_sorting's level 0 sets
+    its float bounds as ints), as `rg_config` text (tuples kept, as in `entry_text`). A setting JSON cannot hold is a
+    TypeError: a grader built without it could grade wrongly."""
     from reasoning_gym.factory import DATASETS
 
-    defaults = DATASETS[task][1]()
-    changed = {k: v for k, v in sorted(settings.items()) if not hasattr(defaults, k) or getattr(defaults, k) != v}
+    if not settings:
+        return "{}"  # the defaults (and an unknown family is reasoning-gym's to name, where it makes the problems)
+    defaults = vars(DATASETS[task][1]())
+    changed = {k: v for k, v in sorted(settings.items())
+               if k not in defaults or type(defaults[k]) is not type(v) or defaults[k] != v}
     return json.dumps(_kept(changed))
 
 

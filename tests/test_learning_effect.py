@@ -965,7 +965,8 @@ def test_a_resumed_run_tests_the_splits_it_started_on_and_a_new_run_draws_them(b
 
     from gym_tf import task_levels
 
-    started = {name: [{"id": f"{name}-0", "problem": f"started {name}", "answer": "1"}] for name in ("train", "val", "test")}
+    started = {name: [{"id": f"{name}-0", "problem": f"started {name}", "answer": "1", "rg_config": "{}"}]
+               for name in ("train", "val", "test")}
     for name, rows in started.items():
         task_levels.write_rows(rows, tmp_path / f"{name}.jsonl")
     drawn = {name: [{"id": f"{name}-0", "problem": f"drawn {name}", "answer": "2"}] for name in ("train", "val", "test")}

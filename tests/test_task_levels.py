@@ -473,6 +473,20 @@ def test_a_row_made_at_a_level_is_graded_by_the_grader_of_that_levels_settings()
     assert task_levels.rows("leg_counting", 1, 7)[0]["rg_config"] == "{}"  # the defaults: nothing to carry
 
 
+def test_a_resume_refuses_rows_written_before_they_carried_their_settings():
+    """A benchmark resumed with `--resume` reuses its split files: rows written before 2026-12-07 carry no settings,
+    and would be graded at the family's defaults again. Refused where the level's settings are not the defaults;
+    rows that carry them, and rows made at the defaults, are taken."""
+    from gym_tf.errors import ConfigError
+
+    made = task_levels.rows("time_intervals", 2, 1206, 0)
+    old = [{k: v for k, v in row.items() if k != "rg_config"} for row in made]
+    with pytest.raises(ConfigError, match="time_intervals problems at level 0 were written before rows carried"):
+        task_levels.check_settings_carried("time_intervals", 0, old)
+    task_levels.check_settings_carried("time_intervals", 0, made)
+    task_levels.check_settings_carried("time_intervals", None, old)
+
+
 def test_an_answer_in_latex_is_graded_as_plain_text_too():
     """The solve prompt asks for \\boxed{}, so the model writes \\frac{1}{8}; coin_flip's grader reads "1/8" and
     "0.125" but scored the LaTeX 0, right answers counted as wrong. Graded by the real graders: a LaTeX fraction of
