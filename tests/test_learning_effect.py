@@ -371,7 +371,7 @@ def test_the_plot_draws_every_run_once_and_stars_the_runs_of_an_earlier_rule_or_
         "codeio 76, 0.5B, 2 epochs, no library 0.00 *",  # the same
         "bitwise_arithmetic 75, 0.5B, 2 epochs, no library 0.00 *",  # the same
         "decimal_arithmetic 75, 0.5B, 2 epochs, no library 0.07 *",  # the same
-        "time_intervals 75, 0.5B, 2 epochs, no library 0.15 *",  # graded at the generator's default settings (before d60d27f)
+        "time_intervals 75, 0.5B, 2 epochs, no library 0.15 *",  # graded at the defaults' settings (d60d27f)
         "basic_arithmetic 74, 0.5B, 2 epochs, 48 problems, no library 0.53 *",  # --train 48
         "fraction_simplification 74, 0.5B, 2 epochs, 48 problems, no library 0.14 *",  # the same
         "fraction_simplification 73, 0.5B, 48 problems, no library 0.06 *",  # --epochs 1 --train 48
@@ -396,7 +396,7 @@ def test_the_plot_draws_every_run_once_and_stars_the_runs_of_an_earlier_rule_or_
         "isomorphic_strings 45, 0.5B, 2 epochs, no library 0.03 *",  # the same
         "decimal_chain_sum 9, 0.5B, 2 epochs, no library 0.24 *",  # an earlier rule
         "lcm 12, 0.5B, 2 epochs, no library 0.01 *",  # --examples-as-turns off --labeled-examples off
-        "time_intervals 31, 0.5B, 2 epochs, no library 0.49 *",  # graded at the generator's default settings (before d60d27f)
+        "time_intervals 31, 0.5B, 2 epochs, no library 0.49 *",  # graded at the defaults' settings (d60d27f)
         "spell_backward 9, 0.5B, 2 epochs, no library 0.22 *",  # the same
         "gcd 7, 0.5B, 2 epochs, no library 0.10 *",  # the same
         "prime_factorization 41, 0.5B, 2 epochs, no library 0.00 *",  # the same
@@ -406,11 +406,11 @@ def test_the_plot_draws_every_run_once_and_stars_the_runs_of_an_earlier_rule_or_
         "letter_counting 5, 0.5B, no library 0.17 *",  # an earlier rule
         "coin_flip 5, 0.5B, no library 0.00 *",  # --examples-as-turns off --labeled-examples off
         "coin_flip 5, 0.5B, no library 0.03 *",  # the same
-        "decimal_arithmetic 31, 0.5B (learner 1.5B), no library 0.04 *",  # graded at the generator's default settings (before d60d27f)
+        "decimal_arithmetic 31, 0.5B (learner 1.5B), no library 0.04 *",  # graded at the defaults' settings (d60d27f)
         "gcd 7, 0.5B, no library 0.08 *",  # --examples-as-turns off --labeled-examples off
-        "decimal_arithmetic 31, 1.5B, no library 0.18 *",  # graded at the generator's default settings (before d60d27f)
+        "decimal_arithmetic 31, 1.5B, no library 0.18 *",  # graded at the defaults' settings (d60d27f)
         "prime_factorization 41, 0.5B, no library 0.00 *",  # --examples-as-turns off --labeled-examples off
-        "time_intervals 31, 0.5B, no library 0.46 *",  # graded at the generator's default settings (before d60d27f)
+        "time_intervals 31, 0.5B, no library 0.46 *",  # graded at the defaults' settings (d60d27f)
         "decimal_arithmetic 31, 0.5B, no library 0.05 *",  # the same
         "basic_arithmetic 13, 0.5B, no library 0.68 *",  # an earlier rule
         "decimal_chain_sum 11, 0.5B, no library 0.25 *"]  # an earlier rule
