@@ -24,7 +24,10 @@ from gym_tf.retrieval import rank
 from ledger.cid import canonical, cid
 
 MAX_EXPERIENCE_CHARS = 400
-MAX_EXAMPLE_CHARS = 1600  # a worked example: the problem and a verified solution, kept short
+# A worked example: the problem and a verified solution. At most what the default library budget (1024 estimated
+# tokens, 4 bytes a token) shows alone, with its header and id: a task family whose statements are long keeps its
+# examples (at 1,600, string_splitting's 1,565-character problems left a label, `\boxed{0 1 0 3 0 3}`, 3 over).
+MAX_EXAMPLE_CHARS = 4000
 
 MIN_LESSON_LETTERS = 10
 

@@ -5,9 +5,9 @@ from pydantic import ValidationError
 
 from gym_tf.datasets import Problem
 from gym_tf.library import (
-    EMPTY_LIBRARY, EXAMPLES_HEADER, LIBRARY_HEADER, AddOp, DeleteOp, ExampleOp, MergeOp, NoneOp, OpAdapter, OpsReply,
-    Provenance, RenderPolicy, UpdateOp, answer_in_problem, apply_ops, ops_schema, render_library, select_items,
-    example_text, library_messages, with_library, with_policy,
+    EMPTY_LIBRARY, EXAMPLES_HEADER, LIBRARY_HEADER, MAX_EXAMPLE_CHARS, AddOp, DeleteOp, ExampleOp, MergeOp, NoneOp,
+    OpAdapter, OpsReply, Provenance, RenderPolicy, UpdateOp, answer_in_problem, apply_ops, ops_schema, render_library,
+    select_items, example_text, library_messages, with_library, with_policy,
 )
 from gym_tf.rollouts import build_messages
 
@@ -217,6 +217,20 @@ def test_a_full_budget_still_lets_a_new_lesson_in():
 
 def example(text):
     return ExampleOp(op="example", text=text)
+
+
+def test_the_longest_worked_example_is_shown_alone_within_the_default_budget():
+    """A worked example as long as one may be still fits the default render budget with its header and id, even at a
+    four-digit id: an example kept is one that can be shown. One character past the bound is refused as an item."""
+    longest = "Problem: " + "x" * (MAX_EXAMPLE_CHARS - 29) + "\nSolution: \\boxed{5}"
+    assert len(longest) == MAX_EXAMPLE_CHARS
+    lib, _ = apply_ops(EMPTY_LIBRARY, [example(longest)], step=1)
+    big_id = lib.model_copy(update={"items": (lib.items[0].model_copy(update={"id": "E9999"}),)})
+    for version in (lib, big_id):
+        assert version.policy.max_tokens == 1024 and select_items(version, "x") == version.items
+        assert longest in render_library(version, "x")
+    with pytest.raises(ValidationError):
+        example(longest + "y")
 
 
 def test_worked_examples_are_retrieved_per_problem_deterministically():

@@ -143,10 +143,11 @@ def stepwise(width):
 @pytest.mark.parametrize("statement, solution, kept", [
     (600, 400, True),  # a long statement (task families' boilerplate) does not cost a short solution its place
     (100, 600, False),  # a solution over the cap is not shown, however short its problem
-    (1500, 300, False),  # the whole item stays within a worked example's bound
+    (1565, 300, True),  # string_splitting's statements: a whole item past 1,600 characters is still shown
+    (3800, 300, False),  # the whole item stays within a worked example's bound (MAX_EXAMPLE_CHARS)
 ])
 async def test_a_worked_example_is_capped_on_its_solution_not_its_statement(tmp_path, statement, solution, kept):
-    problem = ("Read the rules. " * 200)[:statement - 11] + "What is 2+3?"
+    problem = ("Read the rules. " * 300)[:statement - 11] + "What is 2+3?"
     (tmp_path / "long.jsonl").write_text(json.dumps({"id": "p", "problem": problem, "answer": "5"}) + "\n")
     config = OptimizeConfig(dataset=str(tmp_path / "long.jsonl"), batch_size=1, group_size=2, epochs=1,
                             max_example_chars=500)
